@@ -1,0 +1,210 @@
+"""``mmptm``: the command line. Thin: each sub-command parses arguments and calls the library.
+
+mmptm data toyworld --out DIR [--n-train N ...]
+mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
+mmptm pretrain CONFIG [key=value ...]
+mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
+mmptm demo [--out runs/demo] [key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+DEMO_CONFIG = "configs/pretrain/clip_tiny.yaml"
+
+
+def _data_toyworld(args: argparse.Namespace) -> int:
+    from mmptm.data import toyworld
+
+    t0 = time.perf_counter()
+    manifest = toyworld.generate(
+        args.out,
+        n_train=args.n_train,
+        n_val=args.n_val,
+        n_test=args.n_test,
+        seed=args.seed,
+        languages=tuple(args.languages.split(",")),
+        image_size=args.image_size,
+        shard_size=args.shard_size,
+    )
+    counts = manifest.get("counts", {})
+    print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
+    return 0
+
+
+def _tokenizer_train(args: argparse.Namespace) -> int:
+    from mmptm.data.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(
+        args.input,
+        args.out,
+        vocab_size=args.vocab_size,
+        languages=args.languages.split(",") if args.languages else None,
+        model_type=args.model_type,
+        seed=args.seed,
+    )
+    print(f"tokenizer → {args.out}.model: {tok}")
+    return 0
+
+
+def _pretrain(args: argparse.Namespace) -> int:
+    from mmptm.train.config import load_run_config
+    from mmptm.train.trainer import pretrain
+
+    cfg = load_run_config(args.config, args.overrides)
+    last = pretrain(cfg)
+    print(json.dumps(last))
+    return 0
+
+
+def _eval_retrieval(args: argparse.Namespace) -> int:
+    from mmptm.eval.retrieval import evaluate_retrieval, format_table
+
+    result = evaluate_retrieval(
+        args.run,
+        split=args.split,
+        shards=args.shards,
+        language=args.language,
+        max_items=args.max_items,
+        batch_size=args.batch_size,
+        overrides=args.overrides,
+    )
+    print(format_table({Path(args.run).name or args.run: result}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mmptm.data import toyworld
+    from mmptm.data.tokenizer import train_tokenizer
+    from mmptm.eval.retrieval import evaluate_retrieval, format_table
+    from mmptm.train.config import load_run_config
+    from mmptm.train.trainer import pretrain
+
+    out = Path(args.out)
+    data = out / "toyworld"
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    toyworld.generate(
+        data, n_train=args.n_train, n_val=args.n_test, n_test=args.n_test, seed=args.seed
+    )
+    times["toyworld"] = time.perf_counter() - t
+    t = time.perf_counter()
+    tok_prefix = data / "tokenizer"
+    # From the shards: their json captions name each caption's language.
+    shards = sorted((data / "image_text").glob("train-*.tar"))
+    train_tokenizer(shards, tok_prefix, vocab_size=args.vocab_size, seed=args.seed)
+    times["tokenizer"] = time.perf_counter() - t
+    t = time.perf_counter()
+    run_dir = out / "clip_tiny"
+    overrides = [
+        f"output_dir={run_dir}",
+        f"data.train={data}/image_text/train-*.tar",
+        f"data.val={data}/image_text/val-*.tar",
+        f"data.test={data}/image_text/test-*.tar",
+        f"data.tokenizer={tok_prefix}.model",
+        f"seed={args.seed}",
+        *([f"train.max_steps={args.steps}"] if args.steps else []),
+        *args.overrides,
+    ]
+    cfg = load_run_config(args.config, overrides)
+    pretrain(cfg)
+    times["pretrain"] = time.perf_counter() - t
+    t = time.perf_counter()
+    result = evaluate_retrieval(str(run_dir), split="test")
+    times["retrieval"] = time.perf_counter() - t
+    (out / "results.json").write_text(json.dumps({"retrieval": result, "seconds": times}, indent=2))
+    print(f"\nclip_tiny on toyworld, test split ({int(result['n'])} image-caption pairs):")
+    print(format_table({"clip_tiny": result}))
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mmptm", description=__doc__.split("\n\n")[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    data = sub.add_parser("data", help="write data sets as webdataset shards")
+    data_sub = data.add_subparsers(dest="dataset", required=True)
+    tw = data_sub.add_parser("toyworld", help="the embedded, seeded toy data set")
+    tw.add_argument("--out", required=True)
+    tw.add_argument("--n-train", type=int, default=4000)
+    tw.add_argument("--n-val", type=int, default=500)
+    tw.add_argument("--n-test", type=int, default=500)
+    tw.add_argument("--seed", type=int, default=0)
+    tw.add_argument("--languages", default="en,de,fr,ru", help="comma list")
+    tw.add_argument("--image-size", type=int, default=64)
+    tw.add_argument("--shard-size", type=int, default=1000)
+    tw.set_defaults(fn=_data_toyworld)
+
+    tok = sub.add_parser("tokenizer", help="multilingual sentencepiece tokenizers")
+    tok_sub = tok.add_subparsers(dest="action", required=True)
+    tt = tok_sub.add_parser("train", help="train from text files or shards")
+    tt.add_argument("--input", nargs="+", required=True, help="text files, shards, dirs, globs")
+    tt.add_argument("--out", required=True, help="output prefix (writes PREFIX.model/.json)")
+    tt.add_argument("--vocab-size", type=int, default=8000)
+    tt.add_argument("--languages", default=None, help="comma list (default: found in shards)")
+    tt.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
+    tt.add_argument("--seed", type=int, default=0)
+    tt.set_defaults(fn=_tokenizer_train)
+
+    pt = sub.add_parser("pretrain", help="pre-train from a YAML recipe")
+    pt.add_argument("config")
+    pt.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    pt.set_defaults(fn=_pretrain)
+
+    ev = sub.add_parser("eval", help="evaluate a checkpoint")
+    ev_sub = ev.add_subparsers(dest="task", required=True)
+    er = ev_sub.add_parser("retrieval", help="image↔text R@1/5/10")
+    er.add_argument("run", help="run directory or checkpoint file")
+    er.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    er.add_argument("--split", default="test", choices=["train", "val", "test"])
+    er.add_argument("--shards", default=None, help="shard spec instead of the split's")
+    er.add_argument("--language", default=None, help="caption language (default: first)")
+    er.add_argument("--max-items", type=int, default=1000)
+    er.add_argument("--batch-size", type=int, default=128)
+    er.add_argument("--out", default=None, help="also write the result as JSON here")
+    er.set_defaults(fn=_eval_retrieval)
+
+    de = sub.add_parser("demo", help="toyworld → tokenizer → CLIP pre-training → retrieval")
+    de.add_argument("--out", default="runs/demo")
+    de.add_argument("--config", default=DEMO_CONFIG)
+    de.add_argument("--n-train", type=int, default=4000)
+    de.add_argument("--n-test", type=int, default=500)
+    de.add_argument("--steps", type=int, default=0, help="override train.max_steps")
+    de.add_argument("--vocab-size", type=int, default=1000)
+    de.add_argument("--seed", type=int, default=0)
+    de.add_argument("overrides", nargs="*", help="key=value overrides of the recipe")
+    de.set_defaults(fn=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from mmptm.config import ConfigError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        if args.verbose:
+            raise
+        # Bad input is the user's to fix: one clear line, not a traceback (-v shows it).
+        print(f"mmptm {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+"""Typed run configs: YAML recipes with inheritance and overrides, validated into dataclasses.
+
+A schema is a tree of dataclasses. Plain fields are checked against their annotations; fields
+declared with :func:`component` / :func:`components` hold the ``Config`` dataclass of whichever
+registered part their ``type`` key names, so each part validates its own keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import functools
+import os
+import tempfile
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import yaml
+
+from mmptm.registry import Registry, RegistryError
+
+T = TypeVar("T")
+
+DELETE = "__delete__"
+"""A YAML value that removes the inherited key instead of setting it."""
+
+_MISSING: Any = dataclasses.MISSING
+
+
+class ConfigError(ValueError):
+    """An invalid config; the message names the dotted key and, when known, the file."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema declaration helpers
+
+
+def component(registry: Registry[Any], default: Any = _MISSING) -> Any:
+    """Declare a field holding one part's ``Config``, chosen by the ``type`` key of its dict.
+
+    ``default`` may be omitted (required), ``None``, a part name (that part's default Config),
+    a mapping, or a Config instance.
+    """
+    meta = {"registry": registry}
+    if default is _MISSING or default is None:
+        return dataclasses.field(default=default, metadata=meta)
+    if isinstance(default, str):
+        default = {"type": default}
+    if isinstance(default, Mapping):
+        # Built lazily: parts are usually registered after the schema module is imported.
+        frozen = copy.deepcopy(dict(default))
+        factory = functools.partial(_convert_component, registry, frozen, registry.kind)
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    if dataclasses.is_dataclass(default) and not isinstance(default, type):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    raise TypeError(f"component default must be None, a name, a mapping or a Config: {default!r}")
+
+
+def components(registry: Registry[Any]) -> Any:
+    """Declare a ``dict[str, <part Config>]`` field (e.g. encoders by modality), default empty."""
+    return dataclasses.field(default_factory=dict, metadata={"registry": registry, "many": True})
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _join(where: str, key: object) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None) or tp is None:
+        return "None"
+    if tp is Any:
+        return "Any"
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if _is_union(tp):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        inner = ", ".join("..." if a is Ellipsis else _type_name(a) for a in args)
+        return f"{getattr(origin, '__name__', origin)}[{inner}]"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping ({tp.__name__})"
+    return getattr(tp, "__name__", repr(tp))
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
+    """Validate a plain mapping (parsed YAML) against dataclass ``cls`` and build an instance."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"from_dict needs a dataclass type, got {cls!r}")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or '<config>'}: expected a mapping, got {_show(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean '{_join(where, near[0])}'?)" if near else ""
+            known = ", ".join(fields) or "none"
+            raise ConfigError(f"unknown key '{_join(where, key)}'{hint}; known keys: {known}")
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        key = _join(where, name)
+        if name not in data:
+            if f.default is _MISSING and f.default_factory is _MISSING:
+                raise ConfigError(f"missing required key '{key}'")
+            continue
+        value = data[name]
+        registry = f.metadata.get("registry")
+        if registry is None:
+            kwargs[name] = _convert(hints[name], value, key)
+        elif f.metadata.get("many"):
+            if not isinstance(value, Mapping):
+                raise ConfigError(
+                    f"{key}: expected a mapping of {registry.kind}s, got {_show(value)}"
+                )
+            kwargs[name] = {
+                k: _convert_component(registry, v, _join(key, k)) for k, v in value.items()
+            }
+        elif value is None and f.default is None:
+            kwargs[name] = None
+        else:
+            kwargs[name] = _convert_component(registry, value, key)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:  # __post_init__ checks
+        raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def _convert_component(registry: Registry[Any], value: Any, where: str) -> Any:
+    """Build the Config of the part named by ``value['type']``."""
+    choices = ", ".join(registry.names())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = to_dict(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{where}: expected a mapping with a 'type' key ({registry.kind}: {choices}), "
+            f"got {_show(value)}"
+        )
+    name = value.get("type")
+    if not isinstance(name, str):
+        what = "missing" if name is None else f"must be a string, got {_show(name)}"
+        raise ConfigError(f"{where}.type: {registry.kind} type {what}; choices: {choices}")
+    try:
+        cfg_cls = registry.config_class(name)
+    except RegistryError as e:
+        raise ConfigError(f"{where}.type: {e}") from None
+    return from_dict(cfg_cls, value, where)
+
+
+def _convert(tp: Any, value: Any, where: str, lenient: bool = True) -> Any:
+    """Check ``value`` against annotation ``tp``; ``lenient`` allows float strings for floats."""
+    if tp is Any:
+        return copy.deepcopy(value)
+    if tp is None or tp is type(None):
+        if value is None:
+            return None
+    elif _is_union(tp):
+        members = get_args(tp)
+        if value is None and type(None) in members:
+            return None
+        options = [m for m in members if m is not type(None)]
+        if len(options) == 1:  # Optional[X]: let X report its own, more precise error
+            return _convert(options[0], value, where, lenient)
+        # Exact matches win over coercions, so `float | str` keeps "1e-3" a string.
+        for strict_pass in (True, False) if lenient else (True,):
+            for member in options:
+                try:
+                    return _convert(member, value, where, lenient=not strict_pass)
+                except ConfigError:
+                    pass
+    elif get_origin(tp) is Literal:
+        if any(type(value) is type(a) and value == a for a in get_args(tp)):
+            return value
+    elif tp in (list, tuple, dict) or get_origin(tp) in (list, tuple, dict):
+        return _convert_container(tp, value, where, lenient)
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return copy.deepcopy(value)
+        if isinstance(value, Mapping):
+            return from_dict(tp, value, where)
+    elif tp is bool or tp is str:
+        if type(value) is tp:
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        # PyYAML reads `1e-3` (no dot) as a string; users write it constantly.
+        if lenient and isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    else:
+        raise TypeError(f"{where}: unsupported field type {tp!r} in the config schema")
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {_show(value)}")
+
+
+def _convert_container(tp: Any, value: Any, where: str, lenient: bool) -> Any:
+    origin = get_origin(tp) or tp
+    args = get_args(tp)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {_show(value)}")
+        key_tp, val_tp = args or (Any, Any)
+        return {
+            _convert(key_tp, k, where, lenient=False): _convert(val_tp, v, _join(where, k), lenient)
+            for k, v in value.items()
+        }
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {_show(value)}")
+    if origin is list:
+        item = args[0] if args else Any
+        return [_convert(item, v, f"{where}[{i}]", lenient) for i, v in enumerate(value)]
+    if not args or (len(args) == 2 and args[1] is Ellipsis):
+        item = args[0] if args else Any
+        return tuple(_convert(item, v, f"{where}[{i}]", lenient) for i, v in enumerate(value))
+    if len(args) != len(value):
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {_show(value)}")
+    return tuple(
+        _convert(a, v, f"{where}[{i}]", lenient) for i, (a, v) in enumerate(zip(args, value))
+    )
+
+
+def to_dict(cfg: Any) -> Any:
+    """Turn a config (or any part of one) into plain nested dicts and lists."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+    if isinstance(cfg, Mapping):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    return copy.deepcopy(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML files, inheritance and overrides
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``over`` onto ``base``: dicts key by key, anything else replaces; honours DELETE."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, str) and value == DELETE:
+            out.pop(key, None)
+        elif isinstance(value, Mapping):
+            # Also merges onto {} when nothing is inherited, to strip nested DELETE markers.
+            prev = out.get(key)
+            out[key] = deep_merge(prev if isinstance(prev, Mapping) else {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file ({e.strerror or e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{path}{at}: YAML syntax error: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {_show(data)}")
+    return data
+
+
+def load_yaml_tree(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a YAML recipe and, recursively, the files named by its top-level ``base:`` key."""
+    return _load_tree(Path(path), ())
+
+
+def _load_tree(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    resolved = path.resolve()
+    if resolved in chain:
+        cycle = " -> ".join(str(p) for p in (*chain[chain.index(resolved) :], resolved))
+        raise ConfigError(f"{path}: config inheritance cycle: {cycle}")
+    data = _read_yaml(path)
+    bases = data.pop("base", None)
+    if bases is None:
+        bases = []
+    elif isinstance(bases, str):
+        bases = [bases]
+    elif not (isinstance(bases, list) and all(isinstance(b, str) for b in bases)):
+        raise ConfigError(f"{path}: base: expected a path or list of paths, got {_show(bases)}")
+    merged: dict[str, Any] = {}
+    for base in bases:
+        merged = deep_merge(merged, _load_tree(path.parent / base, (*chain, resolved)))
+    return deep_merge(merged, data)
+
+
+def apply_overrides(tree: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply ``dotted.key=value`` overrides (values parsed as YAML) to a copy of ``tree``."""
+    out = copy.deepcopy(dict(tree))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or not all(parts):
+            raise ConfigError(f"malformed override {item!r}: expected dotted.key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: cannot parse value: {e}") from None
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ConfigError(f"override {item!r}: '{where}' is {_show(child)}, not a mapping")
+            node = child
+        if isinstance(value, str) and value == DELETE:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str], overrides: Iterable[str] = (), *, schema: type[T]
+) -> T:
+    """Load a recipe (with its bases), apply overrides and validate it into ``schema``."""
+    tree = load_yaml_tree(path)
+    try:
+        return from_dict(schema, apply_overrides(tree, overrides))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def save_config(cfg: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``cfg`` as YAML that :func:`load_config` reads back; atomic, so never half-written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; saved recipes are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = [
+    "DELETE",
+    "ConfigError",
+    "apply_overrides",
+    "component",
+    "components",
+    "deep_merge",
+    "from_dict",
+    "load_config",
+    "load_yaml_tree",
+    "save_config",
+    "to_dict",
+]

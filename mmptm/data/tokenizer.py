@@ -1,0 +1,565 @@
+"""The shared multilingual sentencepiece tokenizer: training it and using it.
+
+``train_tokenizer`` builds a sentencepiece model from plain text files and webdataset tar
+shards; ``Tokenizer`` wraps any sentencepiece ``.model`` file with the special tokens the
+pre-training objectives need ([PAD], [UNK], [CLS], [SEP], [MASK] and one tag per language).
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import logging
+import random
+import re
+import tarfile
+import warnings
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+
+__all__ = ["SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
+
+log = logging.getLogger(__name__)
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Role names used by the sidecar json and in error messages, in SPECIALS order.
+ROLES = ("pad", "unk", "cls", "sep", "mask")
+# Pieces tried, in order, when a model lacks our own special (XLM-R / fairseq conventions).
+_FALLBACK_PIECES = {
+    "pad": ("<pad>",),
+    "unk": ("<unk>",),
+    "cls": ("<s>",),
+    "sep": ("</s>",),
+    "mask": ("<mask>",),
+}
+_LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_TAG_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_-]*)\]")
+_SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+_GLOB_CHARS = frozenset("*?[{")
+
+
+def lang_tag(lang: str) -> str:
+    """The piece that tags ``lang``, e.g. ``"[en]"``."""
+    return f"[{lang}]"
+
+
+def _check_languages(languages: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for lang in languages:
+        if not isinstance(lang, str) or not _LANG_RE.fullmatch(lang):
+            raise ValueError(
+                f"invalid language code {lang!r}: use letters, digits, '-' or '_' (e.g. 'en')"
+            )
+        if lang_tag(lang) in SPECIALS:
+            raise ValueError(f"language code {lang!r} clashes with special {lang_tag(lang)}")
+        if lang not in out:
+            out.append(lang)
+    return out
+
+
+class Tokenizer:
+    """Sentencepiece tokenizer with the specials and language tags the objectives need.
+
+    Usually built with ``Tokenizer.load(path)`` or returned by ``train_tokenizer``. Ids are
+    those of the sentencepiece model shifted by ``_id_offset`` (always 0 for now; the hook for
+    fairseq-style XLM-R ids), except that specials the model lacks get new ids.
+
+    Specials are resolved per role, first hit wins:
+
+    - the piece named in the sidecar json, then our own piece (``SPECIALS``);
+    - a fallback piece of foreign (XLM-R style) models: CLS -> ``<s>``, SEP -> ``</s>``,
+      PAD -> ``<pad>``, MASK -> ``<mask>``;
+    - the id the model declares for that role (unk, pad, bos for CLS, eos for SEP);
+    - otherwise a new id appended after the sentencepiece vocabulary, in ``SPECIALS`` order,
+      then language tags the model lacks. ``vocab_size`` counts appended ids, so an embedding
+      of that size covers everything; ``encode`` never produces them.
+
+    ``encode`` never produces a special either: our specials are sentencepiece control
+    symbols, which are not matched in text, so a literal "[MASK]" is split into ordinary
+    pieces. (UNK is the exception only for characters outside the model's alphabet.)
+    """
+
+    def __init__(
+        self,
+        model_proto: bytes,
+        *,
+        languages: Sequence[str] | None = None,
+        specials: Mapping[str, str] | None = None,
+    ) -> None:
+        """Wrap a serialized sentencepiece model; ``specials`` maps role -> piece overrides."""
+        self._proto = bytes(model_proto)
+        self._sp = spm.SentencePieceProcessor()
+        self._sp.LoadFromSerializedProto(self._proto)
+        self._specials_given = dict(specials or {})
+        unknown_roles = set(self._specials_given) - set(ROLES)
+        if unknown_roles:
+            raise ValueError(f"unknown special roles {sorted(unknown_roles)}; known: {ROLES}")
+        sp_size = self._sp.get_piece_size()
+        if languages is None:
+            languages = self._languages_from_model()
+        self._languages = _check_languages(languages)
+
+        # Shift applied to every sentencepiece id. 0 here; the place to map models whose ids
+        # were offset at export (fairseq / XLM-R) together with ``specials`` overrides.
+        self._id_offset = 0
+        self._appended: list[str] = []
+        self._role_ids: dict[str, int] = {}
+        for role, ours in zip(ROLES, SPECIALS):
+            self._role_ids[role] = self._resolve(role, ours, sp_size)
+        self._lang_ids = [self._piece_id(lang_tag(lang), sp_size) for lang in self._languages]
+
+        controls = {
+            self._from_sp(i)
+            for i in range(sp_size)
+            if self._sp.is_control(i) or self._sp.is_unknown(i)
+        }
+        appended = range(self._id_offset + sp_size, self.vocab_size)
+        self._special_ids = frozenset(
+            {*self._role_ids.values(), *self._lang_ids, *controls, *appended}
+        )
+
+    # -- construction helpers -------------------------------------------------------------
+
+    def _from_sp(self, sp_id: int) -> int:
+        return sp_id + self._id_offset
+
+    def _to_sp(self, tok_id: int) -> int:
+        return tok_id - self._id_offset
+
+    def _find_piece(self, piece: str) -> int | None:
+        sp_id = self._sp.piece_to_id(piece)
+        # piece_to_id answers unk for a missing piece, so confirm the round trip.
+        if self._sp.id_to_piece(sp_id) == piece:
+            return self._from_sp(sp_id)
+        return None
+
+    def _append(self, piece: str, sp_size: int) -> int:
+        self._appended.append(piece)
+        return self._id_offset + sp_size + len(self._appended) - 1
+
+    def _piece_id(self, piece: str, sp_size: int) -> int:
+        found = self._find_piece(piece)
+        return found if found is not None else self._append(piece, sp_size)
+
+    def _resolve(self, role: str, ours: str, sp_size: int) -> int:
+        taken = set(self._role_ids.values())
+        candidates: list[int | None] = []
+        pieces = [self._specials_given.get(role), ours, *_FALLBACK_PIECES[role]]
+        candidates += [self._find_piece(p) for p in pieces if p]
+        declared = {
+            "pad": self._sp.pad_id(),
+            "unk": self._sp.unk_id(),
+            "cls": self._sp.bos_id(),
+            "sep": self._sp.eos_id(),
+        }.get(role, -1)
+        if declared >= 0:
+            candidates.append(self._from_sp(declared))
+        for cand in candidates:
+            # Two roles sharing an id would make e.g. padding indistinguishable from [SEP].
+            if cand is not None and cand not in taken:
+                return cand
+        return self._append(self._specials_given.get(role, ours), sp_size)
+
+    def _languages_from_model(self) -> list[str]:
+        # Without a sidecar, our own models still carry their tags as control symbols.
+        langs = []
+        for i in range(self._sp.get_piece_size()):
+            piece = self._sp.id_to_piece(i)
+            m = _TAG_RE.fullmatch(piece)
+            if m and self._sp.is_control(i) and piece not in SPECIALS:
+                langs.append(m.group(1))
+        return langs
+
+    # -- loading and pickling -------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        """Load a sentencepiece ``.model`` file (or ``<prefix>``) plus its sidecar json if any."""
+        path = Path(path)
+        if not path.is_file() and Path(f"{path}.model").is_file():
+            path = Path(f"{path}.model")
+        if not path.is_file():
+            raise FileNotFoundError(f"sentencepiece model not found: {path}")
+        languages: list[str] | None = None
+        specials: dict[str, str] | None = None
+        sidecar = path.with_suffix(".json")
+        if sidecar.is_file():
+            meta = json.loads(sidecar.read_text(encoding="utf-8"))
+            if not isinstance(meta, dict):
+                raise ValueError(f"{sidecar}: expected a json object")
+            languages = meta.get("languages")
+            specials = meta.get("specials")
+            if languages is not None and not isinstance(languages, list):
+                raise ValueError(f"{sidecar}: 'languages' must be a list")
+            if specials is not None and not isinstance(specials, dict):
+                raise ValueError(f"{sidecar}: 'specials' must be an object role -> piece")
+        return cls(path.read_bytes(), languages=languages, specials=specials)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The proto bytes, not the path: workers may not see the same filesystem.
+        return {
+            "model_proto": self._proto,
+            "languages": list(self._languages),
+            "specials": dict(self._specials_given),
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["model_proto"], languages=state["languages"], specials=state["specials"]
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer(vocab_size={self.vocab_size}, languages={self._languages}, "
+            f"appended={self._appended})"
+        )
+
+    # -- ids ------------------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids an embedding table needs (sentencepiece pieces + appended specials)."""
+        return self._id_offset + self._sp.get_piece_size() + len(self._appended)
+
+    @property
+    def pad_id(self) -> int:
+        """Id of [PAD] (0 for models trained by ``train_tokenizer``)."""
+        return self._role_ids["pad"]
+
+    @property
+    def unk_id(self) -> int:
+        """Id of [UNK] (1 for models trained by ``train_tokenizer``)."""
+        return self._role_ids["unk"]
+
+    @property
+    def cls_id(self) -> int:
+        """Id of [CLS], which starts every input."""
+        return self._role_ids["cls"]
+
+    @property
+    def sep_id(self) -> int:
+        """Id of [SEP], which ends each segment."""
+        return self._role_ids["sep"]
+
+    @property
+    def mask_id(self) -> int:
+        """Id of [MASK], which replaces masked tokens."""
+        return self._role_ids["mask"]
+
+    @property
+    def languages(self) -> list[str]:
+        """Language codes, in the order used by ``lang_index``."""
+        return list(self._languages)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """All ids that are not text: role specials, language tags, control pieces."""
+        return self._special_ids
+
+    def is_special(self, tok_id: int) -> bool:
+        """Whether ``tok_id`` is a special (never to be masked or decoded)."""
+        return int(tok_id) in self._special_ids
+
+    def lang_index(self, lang: str) -> int:
+        """0-based index of ``lang`` in ``languages``, for language embeddings."""
+        try:
+            return self._languages.index(lang)
+        except ValueError:
+            raise ValueError(
+                f"unknown language {lang!r}; known languages: {self._languages}"
+            ) from None
+
+    def lang_tag_id(self, lang: str) -> int:
+        """Id of the ``[lang]`` tag token."""
+        return self._lang_ids[self.lang_index(lang)]
+
+    def id_to_piece(self, tok_id: int) -> str:
+        """The piece behind ``tok_id``, appended specials included (for debugging)."""
+        tok_id = int(tok_id)
+        sp_size = self._sp.get_piece_size()
+        if not 0 <= tok_id < self.vocab_size:
+            raise ValueError(f"id {tok_id} outside vocabulary of size {self.vocab_size}")
+        sp_id = self._to_sp(tok_id)
+        if sp_id >= sp_size:
+            return self._appended[sp_id - sp_size]
+        if sp_id < 0:
+            raise ValueError(f"id {tok_id} is below the id offset {self._id_offset}")
+        return self._sp.id_to_piece(sp_id)
+
+    # -- text -----------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of the pieces of ``text``; no [CLS]/[SEP] or other specials are added."""
+        if not isinstance(text, str):
+            raise TypeError(f"encode expects a str, got {type(text).__name__}")
+        return [self._from_sp(i) for i in self._sp.encode(text, out_type=int)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ``ids``, skipping every special id."""
+        sp_ids = []
+        for raw in ids:
+            tok_id = int(raw)
+            if not 0 <= tok_id < self.vocab_size:
+                raise ValueError(f"id {tok_id} outside vocabulary of size {self.vocab_size}")
+            if tok_id not in self._special_ids:
+                sp_ids.append(self._to_sp(tok_id))
+        return self._sp.decode(sp_ids)
+
+    def build_inputs(
+        self, ids_a: list[int], ids_b: list[int] | None = None, max_len: int = 64
+    ) -> tuple[list[int], list[int]]:
+        """Model inputs ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]`` and their segment ids.
+
+        The longer side is truncated first (its tail dropped) so the total is <= ``max_len``.
+        """
+        if max_len < 3:
+            raise ValueError(f"max_len must be >= 3 to hold [CLS] and [SEP], got {max_len}")
+        a = list(ids_a)
+        if ids_b is None:
+            a = a[: max_len - 2]
+            return [self.cls_id, *a, self.sep_id], [0] * (len(a) + 2)
+        b = list(ids_b)
+        budget = max_len - 3
+        excess = len(a) + len(b) - budget
+        if excess > 0:
+            # Shorten the longer side down to the shorter, then alternate (b first on ties,
+            # so a keeps its extra token when the budget is odd).
+            cut_long = min(excess, abs(len(a) - len(b)))
+            if len(a) > len(b):
+                a = a[: len(a) - cut_long]
+            else:
+                b = b[: len(b) - cut_long]
+            rest = excess - cut_long
+            b = b[: len(b) - (rest + 1) // 2]
+            a = a[: len(a) - rest // 2]
+        input_ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
+        segment_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        return input_ids, segment_ids
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+def _is_shard(path: Path) -> bool:
+    return path.name.endswith(_SHARD_SUFFIXES)
+
+
+def _expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
+    """Files named by ``inputs``: files as given, directories' shards, glob/brace patterns."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            shards = sorted(p for p in path.iterdir() if p.is_file() and _is_shard(p))
+            if not shards:
+                raise FileNotFoundError(f"no tar shards ({', '.join(_SHARD_SUFFIXES)}) in {path}")
+            files += shards
+        elif path.exists():
+            files.append(path)
+        elif _GLOB_CHARS & set(str(item)):
+            matches: list[str] = []
+            for pattern in _brace_expand(str(item)):
+                matches += sorted(glob.glob(pattern, recursive=True))
+            found = [Path(m) for m in matches if Path(m).is_file()]
+            if not found:
+                raise FileNotFoundError(f"no files match tokenizer input pattern: {item}")
+            files += found
+        else:
+            raise FileNotFoundError(f"tokenizer input not found: {path}")
+    return files
+
+
+def _brace_expand(pattern: str) -> list[str]:
+    # webdataset shard lists are written "shard-{000..099}.tar"; braceexpand ships with it.
+    if "{" not in pattern:
+        return [pattern]
+    try:
+        from braceexpand import braceexpand
+    except ImportError:  # pragma: no cover - webdataset depends on it
+        return [pattern]
+    return list(braceexpand(pattern))
+
+
+def _lines(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            yield line
+
+
+def _read_text_file(path: Path) -> Iterator[str]:
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    yield line
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid UTF-8 text ({e})") from e
+
+
+def _json_texts(obj: Any, languages: set[str]) -> Iterator[str]:
+    if not isinstance(obj, dict):
+        return
+    captions = obj.get("captions")
+    if isinstance(captions, dict):
+        for lang, caption in captions.items():
+            languages.add(lang)
+            for c in caption if isinstance(caption, list) else [caption]:
+                if isinstance(c, str):
+                    yield from _lines(c)
+    langs = obj.get("languages")
+    if isinstance(langs, list):
+        languages.update(lang for lang in langs if isinstance(lang, str))
+    texts = obj.get("texts")
+    if isinstance(texts, list):
+        for t in texts:
+            if isinstance(t, str):
+                yield from _lines(t)
+
+
+def _read_shard(path: Path, languages: set[str]) -> Iterator[str]:
+    """Sentences of a webdataset shard: ``txt`` members and captions/texts of ``json`` ones."""
+    try:
+        # Opened apart from the `with` below: failing to open is an error, failing later a warning.
+        tar = tarfile.open(path, "r:*")  # noqa: SIM115
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+        raise ValueError(f"{path}: not a readable tar shard ({e})") from e
+    with tar:
+        last = reading = None
+        try:
+            for member in tar:
+                name = member.name.rsplit("/", 1)[-1]
+                if not member.isfile() or name.startswith(".") or "." not in name:
+                    continue
+                # webdataset: key up to the first dot, extension after; "en.txt" is text too.
+                kind = name.split(".", 1)[1].rsplit(".", 1)[-1].lower()
+                if kind not in ("txt", "json"):
+                    continue
+                reading = member.name
+                f = tar.extractfile(member)
+                data = f.read() if f is not None else b""
+                last, reading = member.name, None
+                try:
+                    text = data.decode("utf-8")
+                    if kind == "txt":
+                        sentences = list(_lines(text))
+                    else:
+                        sentences = list(_json_texts(json.loads(text), languages))
+                except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
+                    warnings.warn(
+                        f"{path}: skipping corrupt member {member.name!r} ({e})", stacklevel=2
+                    )
+                    continue
+                yield from sentences
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            where = f"in member {reading!r}" if reading else f"after member {last!r}"
+            warnings.warn(
+                f"{path}: shard corrupt or truncated {where}, rest skipped ({e})", stacklevel=2
+            )
+
+
+def _sample(sentences: Iterable[str], max_sentences: int, seed: int) -> tuple[list[str], int]:
+    """Uniform reservoir sample of at most ``max_sentences``; deterministic for ``seed``."""
+    rng = random.Random(seed)
+    kept: list[str] = []
+    seen = 0
+    for s in sentences:
+        seen += 1
+        if len(kept) < max_sentences:
+            kept.append(s)
+        else:
+            j = rng.randrange(seen)
+            if j < max_sentences:
+                kept[j] = s
+    return kept, seen
+
+
+def train_tokenizer(
+    inputs: list[str | Path],
+    out_prefix: str | Path,
+    *,
+    vocab_size: int = 8000,
+    languages: list[str] | None = None,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    seed: int = 0,
+    max_sentences: int = 2_000_000,
+    num_threads: int = 8,
+) -> Tokenizer:
+    """Train the shared sentencepiece model; writes ``<out_prefix>.model`` and ``.json``.
+
+    ``inputs`` are text files (one sentence per line), webdataset tar shards, directories of
+    shards or glob/brace patterns. ``languages`` defaults to those found in shards' json
+    (``captions`` keys, ``languages`` lists), sorted. The same inputs, ``seed`` and
+    ``num_threads`` give an identical ``.model`` file: the thread count is part of the result
+    because unigram training sums its EM statistics per thread.
+    """
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    if model_type not in ("unigram", "bpe", "char", "word"):
+        raise ValueError(f"model_type must be unigram, bpe, char or word, got {model_type!r}")
+    if max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+
+    files = _expand_inputs(inputs)  # before reading anything: a typo should fail fast
+    found_langs: set[str] = set()
+
+    def sentences() -> Iterator[str]:
+        for path in files:
+            if _is_shard(path):
+                yield from _read_shard(path, found_langs)
+            else:
+                yield from _read_text_file(path)
+
+    # Sampled here rather than with sentencepiece's input_sentence_size: with 0.2.x its
+    # sampling gave a different model in each process even after set_random_generator_seed.
+    kept, seen = _sample(sentences(), max_sentences, seed)
+    if not kept:
+        raise ValueError(f"no sentences found in tokenizer inputs {list(map(str, inputs))}")
+    if seen > len(kept):
+        log.info("tokenizer: sampled %d of %d sentences (seed %d)", len(kept), seen, seed)
+    langs = _check_languages(sorted(found_langs) if languages is None else languages)
+    n_meta = len(SPECIALS) + len(langs)
+    if vocab_size <= n_meta:
+        raise ValueError(f"vocab_size {vocab_size} leaves no room beyond {n_meta} specials/tags")
+
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(kept),
+        # Written to memory: with model_prefix the output path would be stored in the model
+        # and the bytes would differ between output locations.
+        model_writer=buf,
+        model_type=model_type,
+        vocab_size=vocab_size,
+        character_coverage=character_coverage,
+        pad_id=0,
+        pad_piece=SPECIALS[0],
+        unk_id=1,
+        unk_piece=SPECIALS[1],
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=[*SPECIALS[2:], *(lang_tag(lang) for lang in langs)],
+        hard_vocab_limit=False,
+        input_sentence_size=0,
+        shuffle_input_sentence=False,
+        num_threads=num_threads,
+        minloglevel=1,
+    )
+    model = buf.getvalue()
+    model_path = Path(f"{out_prefix}.model")
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    model_path.write_bytes(model)
+    specials = dict(zip(ROLES, SPECIALS))
+    sidecar = {"languages": langs, "specials": specials}
+    Path(f"{out_prefix}.json").write_text(
+        json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    return Tokenizer(model, languages=langs, specials=specials)

@@ -1,0 +1,82 @@
+"""The one encoder contract: a modality's tokens at the fusion width, plus a mask.
+
+Every encoder reads its own keys from the batch and returns ``ModalityTokens`` with a
+modality-type embedding already added, so fusion never asks which modality it got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class ModalityTokens(NamedTuple):
+    """Tokens [B,N,D] at the fusion width and their mask [B,N] (True = real)."""
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What text parts need to know about the tokenizer (built from ``Tokenizer``)."""
+
+    vocab_size: int
+    pad_id: int = 0
+    mask_id: int = 4
+    cls_id: int = 2
+    sep_id: int = 3
+    special_ids: frozenset[int] = field(default_factory=frozenset)
+    languages: tuple[str, ...] = ()
+
+    @classmethod
+    def from_tokenizer(cls, tok) -> VocabInfo:
+        return cls(
+            vocab_size=tok.vocab_size,
+            pad_id=tok.pad_id,
+            mask_id=tok.mask_id,
+            cls_id=tok.cls_id,
+            sep_id=tok.sep_id,
+            special_ids=frozenset(tok.special_ids),
+            languages=tuple(tok.languages),
+        )
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT-style initialisation for the modules mmptm defines (not for timm backbones)."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                with torch.no_grad():
+                    m.weight[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class Encoder(nn.Module):
+    """Base of all encoders: owns the modality-type embedding and names its batch input."""
+
+    #: the batch key whose presence means this modality is in the batch
+    input_key: str = ""
+    #: what the data pipeline must decode for this encoder (``text``, ``image``, ...)
+    kind: str = ""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+        self.type_embedding = nn.Parameter(torch.zeros(width))
+
+    def has_input(self, batch: dict) -> bool:
+        return self.input_key in batch
+
+    def add_type(self, tokens_BND: torch.Tensor) -> torch.Tensor:
+        return tokens_BND + self.type_embedding

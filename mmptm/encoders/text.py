@@ -1,0 +1,87 @@
+"""Text embeddings: word + position + segment (+ language), LayerNorm, dropout.
+
+Contextualisation happens in the fusion module, so one text encoder serves single-stream,
+two-stream and dual models alike. Batch keys:
+``input_ids [B,L]``, ``attention_mask [B,L]``, and optional ``position_ids``,
+``segment_ids``, ``lang_ids`` (TLM restarts positions and mixes languages per token).
+A text encoder registered under another name than ``text`` (a second view, e.g. the other
+language of a parallel pair) reads the same keys prefixed with ``<name>_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mmptm.encoders.base import Encoder, ModalityTokens, VocabInfo, init_weights
+from mmptm.registry import ENCODERS
+
+
+def text_key_prefix(modality: str) -> str:
+    """Batch-key prefix of a text modality: none for ``text``, ``<name>_`` otherwise."""
+    return "" if modality == "text" else f"{modality}_"
+
+
+@ENCODERS.register("text")
+class TextEncoder(Encoder):
+    """Embeds token ids at the fusion width; owns the word embeddings MLM heads tie to."""
+
+    kind = "text"
+
+    @dataclass
+    class Config:
+        type: str = "text"
+        max_positions: int = 128
+        segments: int = 2
+        #: add a learned per-language embedding (XLM); needs ``lang_ids`` in the batch
+        language_embeddings: bool = False
+        dropout: float = 0.1
+        layer_norm_eps: float = 1e-12
+
+    def __init__(
+        self, cfg: Config, *, width: int, vocab: VocabInfo, name: str = "text", **_: object
+    ) -> None:
+        super().__init__(width)
+        self.cfg = cfg
+        self.prefix = text_key_prefix(name)
+        self.input_key = f"{self.prefix}input_ids"
+        self.word = nn.Embedding(vocab.vocab_size, width, padding_idx=vocab.pad_id)
+        self.position = nn.Embedding(cfg.max_positions, width)
+        self.segment = nn.Embedding(cfg.segments, width) if cfg.segments > 0 else None
+        self.language: nn.Embedding | None = None
+        if cfg.language_embeddings:
+            if not vocab.languages:
+                raise ValueError("language_embeddings=true but the tokenizer lists no languages")
+            self.language = nn.Embedding(len(vocab.languages), width)
+        self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        init_weights(self)
+
+    @property
+    def word_embeddings(self) -> nn.Embedding:
+        return self.word
+
+    def forward(self, batch: dict) -> ModalityTokens:
+        p = self.prefix
+        ids_BL = batch[f"{p}input_ids"]
+        B, L = ids_BL.shape
+        if L > self.cfg.max_positions:
+            raise ValueError(
+                f"text of length {L} exceeds max_positions={self.cfg.max_positions} "
+                "(raise model.encoders.<text>.max_positions or lower data.max_text_len)"
+            )
+        mask_BL = batch.get(f"{p}attention_mask")
+        mask_BL = torch.ones_like(ids_BL, dtype=torch.bool) if mask_BL is None else mask_BL.bool()
+        pos_BL = batch.get(f"{p}position_ids")
+        if pos_BL is None:
+            pos_BL = torch.arange(L, device=ids_BL.device).expand(B, L)
+        x_BLD = self.word(ids_BL) + self.position(pos_BL)
+        if self.segment is not None:
+            seg_BL = batch.get(f"{p}segment_ids")
+            x_BLD = x_BLD + self.segment(seg_BL if seg_BL is not None else torch.zeros_like(ids_BL))
+        if self.language is not None:
+            x_BLD = x_BLD + self.language(batch[f"{p}lang_ids"])
+        x_BLD = self.drop(self.norm(self.add_type(x_BLD)))
+        return ModalityTokens(x_BLD, mask_BL)

@@ -1,0 +1,1 @@
+"""Evaluation of pre-trained checkpoints (retrieval; later VQA, XNLI)."""

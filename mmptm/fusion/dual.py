@@ -1,0 +1,59 @@
+"""Dual encoders (CLIP): a Transformer tower per modality, no cross-modal layers.
+
+Each modality is contextualised on its own and pooled; contrastive objectives compare the
+pooled vectors. A tower of 0 layers passes the encoder's tokens through (a timm backbone is
+already contextual).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from torch import nn
+
+from mmptm.encoders.base import ModalityTokens, init_weights
+from mmptm.fusion.base import FusionOutput, pool
+from mmptm.layers import TransformerConfig, TransformerStack
+from mmptm.registry import FUSIONS
+
+
+@FUSIONS.register("dual")
+class DualFusion(nn.Module):
+    """Independent per-modality towers; ``pooled[m]`` per modality and no ``joint``."""
+
+    @dataclass
+    class Config:
+        type: str = "dual"
+        transformer: TransformerConfig = field(default_factory=TransformerConfig)
+        #: per-modality layer counts overriding ``transformer.layers``, e.g. {image: 0}
+        layers: dict[str, int] = field(default_factory=dict)
+        #: per-modality pooling (first | mean); default mean
+        pooling: dict[str, str] = field(default_factory=dict)
+
+    def __init__(self, cfg: Config, *, width: int, modalities: list[str], **_: object) -> None:
+        super().__init__()
+        self.cfg = cfg
+        unknown = set(cfg.layers) - set(modalities) | set(cfg.pooling) - set(modalities)
+        if unknown:
+            raise ValueError(
+                f"dual fusion names modalities {sorted(unknown)} that have no encoder; "
+                f"encoders: {modalities}"
+            )
+        self.towers = nn.ModuleDict(
+            {
+                m: TransformerStack(
+                    width,
+                    replace(cfg.transformer, layers=cfg.layers.get(m, cfg.transformer.layers)),
+                )
+                for m in modalities
+            }
+        )
+        init_weights(self)
+
+    def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+        hidden, mask, pooled = {}, {}, {}
+        for m, t in tokens.items():
+            hidden[m] = self.towers[m](t.tokens, t.mask)
+            mask[m] = t.mask
+            pooled[m] = pool(hidden[m], mask[m], self.cfg.pooling.get(m, "mean"))
+        return FusionOutput(hidden, mask, pooled)

@@ -1,0 +1,68 @@
+"""The one attention module of mmptm: self- and cross-attention over SDPA.
+
+Legend: B batch, Q query length, K key length, D width, H heads, E head width (D / H).
+Masks are booleans with True = real token (the project-wide convention).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def key_padding_mask(mask_BK: torch.Tensor | None) -> torch.Tensor | None:
+    """Turn a [B,K] keep-mask into the [B,1,1,K] boolean mask SDPA broadcasts over heads/queries."""
+    if mask_BK is None:
+        return None
+    return mask_BK[:, None, None, :].bool()
+
+
+class Attention(nn.Module):
+    """Multi-head attention backed by ``F.scaled_dot_product_attention``.
+
+    Self-attention when ``x_BKD`` is None, cross-attention otherwise. ``kv_width`` lets the
+    keys/values come from a stream of another width (ViLBERT co-attention).
+    """
+
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        dropout: float = 0.0,
+        kv_width: int | None = None,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"width {width} is not divisible by heads {heads}")
+        self.heads = heads
+        self.dropout = dropout
+        kv_width = kv_width or width
+        self.q = nn.Linear(width, width, bias=bias)
+        self.k = nn.Linear(kv_width, width, bias=bias)
+        self.v = nn.Linear(kv_width, width, bias=bias)
+        self.out = nn.Linear(width, width, bias=bias)
+
+    def forward(
+        self,
+        x_BQD: torch.Tensor,
+        x_BKD: torch.Tensor | None = None,
+        mask_BK: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        kv_BKD = x_BQD if x_BKD is None else x_BKD
+        B, Q, D = x_BQD.shape
+        K = kv_BKD.shape[1]
+        H = self.heads
+        q_BHQE = self.q(x_BQD).view(B, Q, H, D // H).transpose(1, 2)
+        k_BHKE = self.k(kv_BKD).view(B, K, H, D // H).transpose(1, 2)
+        v_BHKE = self.v(kv_BKD).view(B, K, H, D // H).transpose(1, 2)
+        o_BHQE = F.scaled_dot_product_attention(
+            q_BHQE,
+            k_BHKE,
+            v_BHKE,
+            attn_mask=key_padding_mask(mask_BK),
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        o_BQD = o_BHQE.transpose(1, 2).reshape(B, Q, D)  # merge heads
+        return self.out(o_BQD)

@@ -1,0 +1,97 @@
+"""PretrainModel: encoders → fusion → objectives, composed from one ``ModelConfig``.
+
+Every system in scope (CLIP, ViLT, VisualBERT, mBERT, ...) is a ``ModelConfig``; there is no
+per-system code path. Downstream models reuse ``fuse`` with a task head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import mmptm.encoders
+import mmptm.fusion
+import mmptm.objectives  # noqa: F401  (registers the parts)
+from mmptm.config import component, components
+from mmptm.encoders.base import VocabInfo
+from mmptm.fusion.base import FusionOutput
+from mmptm.objectives.base import Batch, BatchTransform
+from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
+
+
+@dataclass
+class ModelConfig:
+    """The model part of a recipe."""
+
+    #: the fusion width D every encoder projects to
+    width: int = 256
+    encoders: dict[str, Any] = components(ENCODERS)
+    fusion: Any = component(FUSIONS, "single_stream")
+    objectives: dict[str, Any] = components(OBJECTIVES)
+
+
+@dataclass
+class PretrainOutput:
+    """The weighted total loss and every named term (``<objective>_<name>``), detached."""
+
+    loss: torch.Tensor
+    terms: dict[str, torch.Tensor]
+
+
+def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
+    """The objectives' data sides in the order they must run (negatives before masking)."""
+    parts = sorted(
+        ((OBJECTIVES.get(c.type), c) for c in cfg.objectives.values()),
+        key=lambda pc: pc[0].data_priority,
+    )
+    transforms = (cls.data_transform(c, vocab) for cls, c in parts)
+    return [t for t in transforms if t is not None]
+
+
+class PretrainModel(nn.Module):
+    """Runs the encoders whose inputs are in the batch, fuses them, applies the objectives."""
+
+    def __init__(self, cfg: ModelConfig, vocab: VocabInfo) -> None:
+        super().__init__()
+        if not cfg.encoders:
+            raise ValueError("model.encoders is empty: a model needs at least one encoder")
+        self.cfg = cfg
+        self.encoders = nn.ModuleDict(
+            {
+                name: ENCODERS.build(c, width=cfg.width, vocab=vocab, name=name)
+                for name, c in cfg.encoders.items()
+            }
+        )
+        self.fusion = FUSIONS.build(cfg.fusion, width=cfg.width, modalities=list(cfg.encoders))
+        self.objectives = nn.ModuleDict(
+            {
+                name: OBJECTIVES.build(c, width=cfg.width, encoders=self.encoders, vocab=vocab)
+                for name, c in cfg.objectives.items()
+            }
+        )
+        self.weights = {name: c.weight for name, c in cfg.objectives.items()}
+
+    def fuse(self, batch: Batch) -> FusionOutput:
+        """Encode every modality present in the batch and fuse them."""
+        tokens = {m: enc(batch) for m, enc in self.encoders.items() if enc.has_input(batch)}
+        if not tokens:
+            wanted = {m: enc.input_key for m, enc in self.encoders.items()}
+            raise KeyError(f"the batch has no encoder input (wanted one of {wanted})")
+        return self.fusion(tokens)
+
+    def forward(self, batch: Batch) -> PretrainOutput:
+        out = self.fuse(batch)
+        total = None
+        terms: dict[str, torch.Tensor] = {}
+        for name, objective in self.objectives.items():
+            for key, value in objective(out, batch).items():
+                terms[f"{name}_{key}"] = value.detach()
+                if key.endswith("loss"):
+                    weighted = self.weights[name] * value
+                    total = weighted if total is None else total + weighted
+        if total is None:
+            raise ValueError("no objective returned a loss: add one under model.objectives")
+        return PretrainOutput(total, terms)

@@ -1,0 +1,151 @@
+"""Masked language modelling (BERT, mBERT, XLM's MLM and TLM share it).
+
+Data side: dynamic masking of ``mask_prob`` of the real, non-special tokens, replaced by
+[MASK] / a random token / kept at 80/10/10. Loss side: a BERT transform head with the
+output layer tied to the word embeddings, evaluated **only at masked positions**.
+Legend: B batch, L tokens, D width, M masked positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmptm.encoders.base import VocabInfo, init_weights
+from mmptm.encoders.text import text_key_prefix
+from mmptm.fusion.base import FusionOutput
+from mmptm.objectives.base import Batch, Objective
+from mmptm.registry import OBJECTIVES
+
+IGNORE = -100
+
+
+def mask_tokens(
+    ids_BL: torch.Tensor,
+    real_BL: torch.Tensor,
+    g: torch.Generator,
+    *,
+    mask_prob: float,
+    p_mask: float,
+    p_random: float,
+    mask_id: int,
+    special_ids: torch.Tensor,
+    random_pool: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (masked inputs, labels with IGNORE at unselected positions)."""
+    candidates = real_BL.bool() & ~torch.isin(ids_BL, special_ids)
+    selected = candidates & (torch.rand(ids_BL.shape, generator=g) < mask_prob)
+    labels = torch.where(selected, ids_BL, torch.full_like(ids_BL, IGNORE))
+    r = torch.rand(ids_BL.shape, generator=g)
+    to_mask = selected & (r < p_mask)
+    to_random = selected & (r >= p_mask) & (r < p_mask + p_random)
+    rand_ids = random_pool[torch.randint(len(random_pool), ids_BL.shape, generator=g)]
+    inputs = torch.where(to_mask, torch.full_like(ids_BL, mask_id), ids_BL)
+    inputs = torch.where(to_random, rand_ids, inputs)
+    return inputs, labels
+
+
+@dataclass
+class MaskTokens:
+    """MLM data side over ``<prefix>input_ids``; writes ``<prefix>mlm_labels``.
+
+    When ITM negatives are in the batch their text is masked like the rest (so masking
+    gives ITM no hint) but carries no MLM labels: a caption is only predicted from its
+    own image.
+    """
+
+    prefix: str
+    mask_prob: float
+    p_mask: float
+    p_random: float
+    mask_id: int
+    special_ids: torch.Tensor
+    random_pool: torch.Tensor
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        ids = batch[f"{self.prefix}input_ids"]
+        real = batch.get(f"{self.prefix}attention_mask", torch.ones_like(ids, dtype=torch.bool))
+        inputs, labels = mask_tokens(
+            ids,
+            real,
+            g,
+            mask_prob=self.mask_prob,
+            p_mask=self.p_mask,
+            p_random=self.p_random,
+            mask_id=self.mask_id,
+            special_ids=self.special_ids,
+            random_pool=self.random_pool,
+        )
+        if "itm_labels" in batch:
+            labels[batch["itm_labels"] == 0] = IGNORE
+        batch[f"{self.prefix}input_ids"] = inputs
+        batch[f"{self.prefix}mlm_labels"] = labels
+        return batch
+
+
+@OBJECTIVES.register("mlm")
+class MaskedLM(Objective):
+    """MLM head tied to the text encoder's word embeddings."""
+
+    data_priority = 20
+
+    @dataclass
+    class Config:
+        type: str = "mlm"
+        weight: float = 1.0
+        #: the text encoder (and hidden-state stream) this objective reads
+        modality: str = "text"
+        mask_prob: float = 0.15
+        replace_with_mask: float = 0.8
+        replace_with_random: float = 0.1
+
+    @classmethod
+    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskTokens:
+        if not 0.0 < cfg.mask_prob < 1.0:
+            raise ValueError(f"mlm.mask_prob must be in (0, 1), got {cfg.mask_prob}")
+        if cfg.replace_with_mask + cfg.replace_with_random > 1.0:
+            raise ValueError("mlm.replace_with_mask + replace_with_random must be <= 1")
+        specials = torch.tensor(sorted(vocab.special_ids), dtype=torch.long)
+        pool = torch.tensor(
+            [i for i in range(vocab.vocab_size) if i not in vocab.special_ids], dtype=torch.long
+        )
+        return MaskTokens(
+            prefix=text_key_prefix(cfg.modality),
+            mask_prob=cfg.mask_prob,
+            p_mask=cfg.replace_with_mask,
+            p_random=cfg.replace_with_random,
+            mask_id=vocab.mask_id,
+            special_ids=specials,
+            random_pool=pool,
+        )
+
+    def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:
+        super().__init__()
+        self.cfg = cfg
+        if cfg.modality not in encoders or not hasattr(encoders[cfg.modality], "word"):
+            raise ValueError(f"mlm.modality={cfg.modality!r} is not a text encoder of this model")
+        # A list keeps the shared embedding out of this module's state dict (it is tied).
+        self._word = [encoders[cfg.modality].word]
+        vocab_size = self._word[0].num_embeddings
+        self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.prefix = text_key_prefix(cfg.modality)
+        init_weights(self.transform)
+
+    def logits(self, h_MD: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.transform(h_MD), self._word[0].weight, self.bias)  # [M,V]
+
+    def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
+        labels_BL = batch[f"{self.prefix}mlm_labels"]
+        h_BLD = out.hidden[self.cfg.modality]
+        sel_BL = labels_BL != IGNORE
+        logits_MV = self.logits(h_BLD[sel_BL])
+        target_M = labels_BL[sel_BL]
+        # Sum / count rather than mean: a batch with nothing masked gives 0, not NaN.
+        n = target_M.numel()
+        loss = F.cross_entropy(logits_MV.float(), target_M, reduction="sum") / max(n, 1)
+        acc = (logits_MV.argmax(-1) == target_M).float().sum() / max(n, 1)
+        return {"loss": loss, "acc": acc.detach()}

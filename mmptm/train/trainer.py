@@ -1,0 +1,304 @@
+"""The pre-training loop: one process, or one per rank under ``torchrun`` (DDP).
+
+Writes ``<output_dir>/config.yaml`` (the resolved recipe), ``metrics.jsonl`` (one JSON row per
+logged step) and ``checkpoints/step_XXXXXXXX.pt`` (atomic; model, optimiser, scheduler, RNG
+and data position of every rank), so that ``resume=true`` continues exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from mmptm.config import save_config, to_dict
+from mmptm.data.pipeline import DataState, Loader, move_to, stream_config
+from mmptm.data.tokenizer import Tokenizer
+from mmptm.encoders.base import VocabInfo
+from mmptm.models.pretrain import PretrainModel, data_transforms
+from mmptm.train import checkpoint as ckpt
+from mmptm.train.config import RunConfig
+from mmptm.train.optim import build_optimizer
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(FloatingPointError):
+    """A loss became NaN/inf; the message names the step and the batch's sample keys."""
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device_type: str) -> Dist:
+    """Join the process group that ``torchrun`` describes in the environment, if any."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return Dist()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def pick_device(name: str, local_rank: int) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
+    """The tokenizer named by the recipe and a freshly initialised model for it."""
+    if not cfg.data.tokenizer:
+        raise ValueError("data.tokenizer is empty: train one with `mmptm tokenizer train`")
+    tokenizer = Tokenizer.load(cfg.data.tokenizer)
+    return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
+
+
+def modality_kinds(model: PretrainModel) -> set[str]:
+    return {enc.kind for enc in model.encoders.values()}
+
+
+def _gather(obj: Any, d: Dist) -> list[Any]:
+    if d.world == 1:
+        return [obj]
+    out: list[Any] = [None] * d.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class Trainer:
+    """Builds everything a run needs from a ``RunConfig`` and runs it to ``max_steps``."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        tc = cfg.train
+        if tc.grad_accum < 1:
+            raise ValueError(f"train.grad_accum must be >= 1, got {tc.grad_accum}")
+        device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
+        self.dist = init_distributed(device_type or "cpu")
+        self.device = pick_device(tc.device, self.dist.local_rank)
+        self.bf16 = tc.precision == "bf16" or (
+            tc.precision == "auto" and self.device.type == "cuda"
+        )
+        self.out = Path(cfg.output_dir)
+        self.ckpt_dir = self.out / "checkpoints"
+        seed_everything(cfg.seed)  # identical initial weights on every rank
+        self.model, self.tokenizer = build_model(cfg)
+        self.model.to(self.device)
+        vocab = VocabInfo.from_tokenizer(self.tokenizer)
+        self.stream = stream_config(
+            cfg.data,
+            self.tokenizer,
+            needs=modality_kinds(self.model),
+            transforms=data_transforms(cfg.model, vocab),
+            seed=cfg.seed,
+            rank=self.dist.rank,
+            world=self.dist.world,
+        )
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model, tc, fused=self.device.type == "cuda"
+        )
+        self.net: nn.Module = self.model
+        if self.dist.world > 1:
+            self.net = DistributedDataParallel(
+                self.model,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=tc.find_unused_parameters,
+            )
+        if tc.compile:
+            self.net = torch.compile(self.net)
+        self.step = 0
+        self.data_state = DataState()
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def save(self) -> Path:
+        states = _gather(
+            {"rng": ckpt.rng_state(), "data": asdict(self.loader.state), "rank": self.dist.rank},
+            self.dist,
+        )
+        path = ckpt.checkpoint_path(self.ckpt_dir, self.step)
+        if self.dist.main:
+            ckpt.save_atomic(
+                {
+                    "step": self.step,
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "ranks": states,
+                    "world_size": self.dist.world,
+                    "config": to_dict(self.cfg),
+                },
+                path,
+            )
+            ckpt.prune(self.ckpt_dir, self.cfg.train.keep_checkpoints)
+        if self.dist.world > 1:
+            dist.barrier()
+        return path
+
+    def restore(self, path: Path) -> None:
+        state = ckpt.load(path)
+        if state["world_size"] != self.dist.world:
+            raise ValueError(
+                f"{path} was written by {state['world_size']} ranks; resuming with "
+                f"{self.dist.world} would change which samples each rank sees"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        mine = state["ranks"][self.dist.rank]
+        ckpt.set_rng_state(mine["rng"])
+        self.data_state = DataState(**mine["data"])
+        self.step = state["step"]
+        log.info("resumed from %s at step %d", path, self.step)
+
+    def _maybe_resume(self) -> None:
+        r = self.cfg.resume
+        if r is False:
+            return
+        if r is True:
+            found = ckpt.list_checkpoints(self.ckpt_dir)
+            if not found:
+                log.info("resume=true but %s has no checkpoint: starting fresh", self.ckpt_dir)
+                return
+            self.restore(found[-1])
+        else:
+            self.restore(ckpt.resolve_checkpoint(r))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _check_finite(self, loss: torch.Tensor, keys: list[str]) -> None:
+        ok = torch.isfinite(loss.detach()).to(torch.int32)
+        if self.dist.world > 1:  # every rank must stop together, not hang in the next all-reduce
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if not bool(ok):
+            shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
+            raise NonFiniteLoss(
+                f"non-finite loss {loss.item()} at step {self.step} (rank {self.dist.rank}); "
+                f"batch keys: {shown}"
+            )
+
+    def train_step(self, batches) -> dict[str, float]:
+        """One optimiser step over ``grad_accum`` micro-batches; returns averaged terms."""
+        tc = self.cfg.train
+        self.net.train()
+        sums: dict[str, float] = {}
+        for micro in range(tc.grad_accum):
+            batch = move_to(next(batches), self.device)
+            last = micro == tc.grad_accum - 1
+            sync = contextlib.nullcontext()
+            if not last and isinstance(self.net, DistributedDataParallel):
+                sync = self.net.no_sync()
+            with sync:
+                with self._autocast():
+                    out = self.net(batch)
+                self._check_finite(out.loss, batch["__key__"])
+                (out.loss / tc.grad_accum).backward()
+            sums["loss"] = sums.get("loss", 0.0) + out.loss.item()
+            for k, v in out.terms.items():
+                sums[k] = sums.get(k, 0.0) + v.float().item()
+        terms = {k: v / tc.grad_accum for k, v in sums.items()}
+        if tc.clip_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
+            terms["grad_norm"] = float(norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return terms
+
+    def fit(self) -> dict[str, Any]:
+        """Train to ``train.max_steps``; returns the last logged metrics."""
+        cfg, tc = self.cfg, self.cfg.train
+        self._maybe_resume()
+        if self.dist.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            save_config(cfg, self.out / "config.yaml")
+        self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state)
+        batches = iter(self.loader)
+        bar = tqdm(
+            total=tc.max_steps,
+            initial=self.step,
+            disable=not (tc.progress and self.dist.main),
+            desc="pretrain",
+            dynamic_ncols=True,
+        )
+        metrics_file = (self.out / "metrics.jsonl").open("a") if self.dist.main else None
+        last: dict[str, Any] = {}
+        samples = 0
+        t0 = time.perf_counter()
+        try:
+            while self.step < tc.max_steps:
+                terms = self.train_step(batches)
+                samples += tc.grad_accum * cfg.data.batch_size * self.dist.world
+                bar.update(1)
+                if self.step % tc.log_every == 0 or self.step == tc.max_steps:
+                    dt = time.perf_counter() - t0
+                    last = {
+                        "step": self.step,
+                        "lr": self.scheduler.get_last_lr()[0],
+                        **{k: round(v, 6) for k, v in terms.items()},
+                        "samples_per_s": round(samples / dt, 2) if dt > 0 else math.nan,
+                        "data_skipped": self.loader.skipped,
+                        "epoch": self.loader.state.epoch,
+                    }
+                    bar.set_postfix(loss=f"{terms['loss']:.3f}")
+                    if metrics_file is not None:
+                        metrics_file.write(json.dumps(last) + "\n")
+                        metrics_file.flush()
+                    samples, t0 = 0, time.perf_counter()
+                if self.step % tc.ckpt_every == 0 or self.step == tc.max_steps:
+                    self.save()
+        finally:
+            bar.close()
+            if metrics_file is not None:
+                metrics_file.close()
+        if self.loader.skipped and self.dist.main:
+            log.warning("%d bad samples were skipped (see warnings above)", self.loader.skipped)
+        return last
+
+
+def pretrain(cfg: RunConfig) -> dict[str, Any]:
+    """Run a pre-training job described by ``cfg``; returns the last logged metrics."""
+    trainer = Trainer(cfg)
+    try:
+        return trainer.fit()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
