@@ -15,6 +15,9 @@ class TrainConfig:
     """Optimisation and bookkeeping of a run."""
 
     max_steps: int = 1000
+    #: stop (with a checkpoint) at this step although the schedule runs to max_steps, to
+    #: split a job across time-limited allocations; resume=true continues it. 0 = off
+    stop_at: int = 0
     lr: float = 5e-4
     weight_decay: float = 0.01
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])

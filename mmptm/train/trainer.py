@@ -262,13 +262,14 @@ class Trainer:
         metrics_file = (self.out / "metrics.jsonl").open("a") if self.dist.main else None
         last: dict[str, Any] = {}
         samples = 0
+        end = min(tc.max_steps, tc.stop_at) if tc.stop_at > 0 else tc.max_steps
         t0 = time.perf_counter()
         try:
-            while self.step < tc.max_steps:
+            while self.step < end:
                 terms = self.train_step(batches)
                 samples += tc.grad_accum * cfg.data.batch_size * self.dist.world
                 bar.update(1)
-                if self.step % tc.log_every == 0 or self.step == tc.max_steps:
+                if self.step % tc.log_every == 0 or self.step == end:
                     dt = time.perf_counter() - t0
                     last = {
                         "step": self.step,
@@ -283,7 +284,7 @@ class Trainer:
                         metrics_file.write(json.dumps(last) + "\n")
                         metrics_file.flush()
                     samples, t0 = 0, time.perf_counter()
-                if self.step % tc.ckpt_every == 0 or self.step == tc.max_steps:
+                if self.step % tc.ckpt_every == 0 or self.step == end:
                     self.save()
         finally:
             bar.close()

@@ -1,0 +1,244 @@
+"""The data pipeline's stages: shard resolution, skip-and-count, splitting, batching, resume."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import logging
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from mmptm.data.pipeline import (
+    Collate,
+    DataConfig,
+    DataState,
+    Loader,
+    ShardStream,
+    batched,
+    expand_shards,
+    shard_order,
+    shuffle_buffer,
+    split_round_robin,
+    stream_config,
+)
+from mmptm.data.shards import ShardWriter
+from mmptm.encoders.base import VocabInfo
+from mmptm.models.pretrain import ModelConfig, data_transforms
+from mmptm.config import from_dict
+
+
+def _jpg(color=(200, 30, 30), size=16) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), color).save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def _sample(key: str, caption: str = "a red circle") -> dict:
+    return {
+        "__key__": key,
+        "jpg": _jpg(),
+        "txt": caption,
+        "json": {"captions": {"en": caption, "de": "ein roter Kreis"}},
+    }
+
+
+def _write(path_pattern: Path, samples: list[dict], per_shard: int) -> list[str]:
+    with ShardWriter(str(path_pattern), per_shard) as w:
+        for s in samples:
+            w.write(s)
+    return list(w.shards)
+
+
+def _stream(urls, tokenizer, **kw):
+    cfg = DataConfig(train=",".join(urls), batch_size=kw.pop("batch_size", 4), image_size=16)
+    sc = stream_config(
+        cfg, tokenizer, split="train", needs=("image", "text"), seed=kw.pop("seed", 0)
+    )
+    return replace(sc, **kw)
+
+
+def _keys(batches) -> list[str]:
+    return [k for b in batches if "__key__" in b for k in b["__key__"]]
+
+
+# -- shard lists ------------------------------------------------------------------------------
+
+
+def test_expand_shards_glob_brace_dir_and_comma(tmp_path):
+    for i in range(3):
+        (tmp_path / f"s-{i:06d}.tar").write_bytes(b"")
+    (tmp_path / "other.txt").write_text("x")
+    expected = [str(tmp_path / f"s-{i:06d}.tar") for i in range(3)]
+    assert expand_shards(str(tmp_path / "s-*.tar")) == expected
+    assert expand_shards(str(tmp_path / "s-{000000..000002}.tar")) == expected
+    assert expand_shards(str(tmp_path)) == expected
+    assert expand_shards(f"{expected[2]},{expected[0]}") == [expected[2], expected[0]]
+
+
+def test_expand_shards_errors_name_the_missing_shard(tmp_path):
+    (tmp_path / "s-000008.tar").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="s-000009.tar"):
+        expand_shards(str(tmp_path / "s-{000008..000009}.tar"))
+    with pytest.raises(FileNotFoundError, match=r"nothing-\*\.tar"):
+        expand_shards(str(tmp_path / "nothing-*.tar"))
+    with pytest.raises(ValueError, match="no shards"):
+        expand_shards("")
+
+
+def test_shard_order_is_a_seeded_per_epoch_permutation():
+    urls = [f"u{i:02d}" for i in range(20)]
+    e0, e1 = shard_order(urls, 0, 0), shard_order(urls, 0, 1)
+    assert sorted(e0) == urls and sorted(e1) == urls
+    assert e0 != e1  # reshuffled each epoch
+    assert e0 == shard_order(urls, 0, 0)  # deterministic
+    assert shard_order(urls, 1, 0) != e0
+    assert shard_order(urls, 0, 0, shuffle=False) == urls
+
+
+def test_split_round_robin_partitions():
+    items = list(range(23))
+    parts = [list(split_round_robin(items, i, 4)) for i in range(4)]
+    assert sorted(sum(parts, [])) == items
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1 :])
+
+
+def test_shuffle_buffer_permutes_and_is_seeded():
+    import random
+
+    out = list(shuffle_buffer(range(100), 10, random.Random(0)))
+    assert sorted(out) == list(range(100)) and out != list(range(100))
+    assert out == list(shuffle_buffer(range(100), 10, random.Random(0)))
+    assert list(shuffle_buffer(range(5), 1, random.Random(0))) == list(range(5))
+
+
+def test_batched_drop_last():
+    assert [len(b) for b in batched(range(10), 4, drop_last=False)] == [4, 4, 2]
+    assert [len(b) for b in batched(range(10), 4, drop_last=True)] == [4, 4]
+
+
+def test_collate_pads_to_longest_in_batch():
+    samples = [
+        {"__key__": "a", "input_ids": [2, 7, 8, 3], "lang": "de"},
+        {"__key__": "b", "input_ids": [2, 9, 3], "lang": "en"},
+    ]
+    b = Collate(pad_id=0, lang_index={"en": 0, "de": 1}.__getitem__)(samples)
+    assert b["input_ids"].tolist() == [[2, 7, 8, 3], [2, 9, 3, 0]]
+    assert b["attention_mask"].tolist() == [[True] * 4, [True, True, True, False]]
+    assert b["lang_ids"].tolist() == [[1] * 4, [0] * 4]
+    assert b["__key__"] == ["a", "b"]
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+def test_corrupt_samples_are_skipped_and_counted(tmp_path, tiny_tokenizer, caplog):
+    good = [_sample(f"good{i}") for i in range(7)]
+    truncated = _sample("trunc")
+    truncated["jpg"] = truncated["jpg"][: len(truncated["jpg"]) // 2]
+    bad_json = _sample("badjson")
+    bad_json["json"] = b"{not json"
+    no_image = _sample("noimg")
+    del no_image["jpg"]
+    samples = good[:3] + [truncated] + good[3:5] + [bad_json, no_image] + good[5:]
+    urls = _write(tmp_path / "s-%06d.tar", samples, per_shard=100)
+    sc = _stream(urls, tiny_tokenizer, shuffle=False, shuffle_buffer=1, drop_last=False)
+    with caplog.at_level(logging.WARNING):
+        loader = Loader(sc, num_workers=0)
+        batches = list(loader._epoch_batches())
+    assert _keys(batches) == [s["__key__"] for s in good]  # nothing good was lost
+    assert loader.skipped == 3
+    log = caplog.text
+    for key in ("trunc", "badjson", "noimg"):
+        assert key in log
+    assert urls[0] in log  # the file is named too
+
+
+def test_truncated_shard_keeps_the_samples_before_the_cut(tmp_path, tiny_tokenizer):
+    urls = _write(tmp_path / "s-%06d.tar", [_sample(f"k{i}") for i in range(6)], per_shard=100)
+    data = Path(urls[0]).read_bytes()
+    Path(urls[0]).write_bytes(data[: int(len(data) * 0.6)])
+    sc = _stream(urls, tiny_tokenizer, shuffle=False, shuffle_buffer=1, drop_last=False)
+    loader = Loader(sc, num_workers=0)
+    keys = _keys(loader._epoch_batches())
+    assert 0 < len(keys) < 6 and keys == [f"k{i}" for i in range(len(keys))]
+    assert loader.skipped >= 1  # the broken tail is reported, not silently dropped
+
+
+# -- splitting across ranks and workers -------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_shards", [8, 3])  # enough shards to split them / fewer than readers
+def test_each_sample_is_read_by_exactly_one_rank_and_worker(tmp_path, tiny_tokenizer, n_shards):
+    samples = [_sample(f"k{i:03d}") for i in range(48)]
+    urls = _write(tmp_path / "s-%06d.tar", samples, per_shard=48 // n_shards)
+    seen: list[list[str]] = []
+    for rank in range(2):
+        sc = _stream(urls, tiny_tokenizer, rank=rank, world=2, drop_last=False, batch_size=3)
+        seen.append(_keys(Loader(sc, num_workers=2)._epoch_batches()))
+    assert set(seen[0]).isdisjoint(seen[1])
+    assert sorted(seen[0] + seen[1]) == sorted(s["__key__"] for s in samples)
+
+
+def test_resampled_stream_is_endless_and_seeded(tmp_path, tiny_tokenizer):
+    urls = _write(tmp_path / "s-%06d.tar", [_sample(f"k{i}") for i in range(8)], per_shard=4)
+    sc = _stream(urls, tiny_tokenizer, resampled=True, batch_size=4)
+    first = [b["__key__"] for _, b in zip(range(6), ShardStream(sc, epoch=0))]
+    again = [b["__key__"] for _, b in zip(range(6), ShardStream(sc, epoch=0))]
+    assert len(first) == 6 and first == again  # 24 samples out of 8: shards were redrawn
+
+
+# -- exact resume -----------------------------------------------------------------------------
+
+
+def _mlm_transforms(tokenizer):
+    cfg = from_dict(
+        ModelConfig,
+        {"encoders": {"text": {"type": "text"}}, "objectives": {"mlm": {"type": "mlm"}}},
+    )
+    return data_transforms(cfg, VocabInfo.from_tokenizer(tokenizer))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop_after", [3, 7])  # mid-epoch, and right at an epoch boundary
+def test_loader_resumes_at_the_same_data_position(tiny_world, tiny_tokenizer, workers, stop_after):
+    urls = expand_shards(str(tiny_world / "image_text" / "train-*.tar"))  # 6 shards x 16
+    sc = _stream(urls, tiny_tokenizer, batch_size=12, shuffle_buffer=10)
+    sc = replace(sc, transforms=_mlm_transforms(tiny_tokenizer))
+    loader = Loader(sc, workers)
+    it = iter(loader)
+    head = [next(it) for _ in range(stop_after)]
+    saved = copy.deepcopy(asdict(loader.state))
+    reference = [next(it) for _ in range(8)]
+    resumed_loader = Loader(sc, workers, DataState(**json.loads(json.dumps(saved))))
+    resumed = [b for _, b in zip(range(8), resumed_loader)]
+    assert head  # the first run did consume batches before the save
+    for a, b in zip(reference, resumed, strict=True):
+        assert a["__key__"] == b["__key__"]
+        torch.testing.assert_close(a["input_ids"], b["input_ids"])  # same dynamic masking
+        torch.testing.assert_close(a["mlm_labels"], b["mlm_labels"])
+        torch.testing.assert_close(a["pixels"], b["pixels"])
+
+
+def test_resume_with_other_worker_count_mid_epoch_is_refused(tiny_world, tiny_tokenizer):
+    urls = expand_shards(str(tiny_world / "image_text" / "train-*.tar"))
+    sc = _stream(urls, tiny_tokenizer, batch_size=12)
+    loader = Loader(sc, 1, DataState(epoch=0, consumed=[2, 1], next_worker=1))
+    with pytest.raises(ValueError, match="num_workers=2"):
+        next(iter(loader))
+
+
+def test_epochs_differ_and_every_sample_is_seen_once_per_epoch(tiny_world, tiny_tokenizer):
+    urls = expand_shards(str(tiny_world / "image_text" / "train-*.tar"))
+    sc = _stream(urls, tiny_tokenizer, batch_size=16, drop_last=False)
+    loader = Loader(sc, 0)
+    it = iter(loader)
+    epoch0 = _keys([next(it) for _ in range(6)])  # 96 samples / 16
+    epoch1 = _keys([next(it) for _ in range(6)])
+    assert len(set(epoch0)) == 96 and set(epoch0) == set(epoch1)
+    assert epoch0 != epoch1
+    assert loader.state.epoch == 1

@@ -1,0 +1,335 @@
+"""toyworld: determinism, shard layout, boxes against pixels, relations, captions, manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import webdataset as wds
+from PIL import Image
+
+from mmptm.data import toyworld as tw
+
+SMALL = {"n_train": 40, "n_val": 12, "n_test": 8, "image_size": 64, "shard_size": 16}
+LANGS = ("en", "de", "fr", "ru", "es")
+
+
+def _hashes(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _read(root: Path, paths: list[str]) -> list[dict]:
+    return list(wds.WebDataset([str(root / p) for p in paths], shardshuffle=False))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("toyworld")
+    return root, tw.generate(root, seed=3, languages=LANGS, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def image_text(world: tuple[Path, dict]) -> list[dict]:
+    root, manifest = world
+    paths = [p for split in tw.SPLITS for p in manifest["shards"]["image_text"][split]]
+    return _read(root, paths)
+
+
+def test_same_seed_gives_identical_bytes(world: tuple[Path, dict], tmp_path: Path) -> None:
+    root, _ = world
+    tw.generate(tmp_path, seed=3, languages=LANGS, **SMALL)
+    first, again = _hashes(root), _hashes(tmp_path)
+    assert len(first) > 10 and first == again
+
+
+def test_different_seed_gives_different_data(world: tuple[Path, dict], tmp_path: Path) -> None:
+    root, manifest = world
+    tw.generate(tmp_path, seed=4, languages=LANGS, **SMALL)
+    first, other = _hashes(root), _hashes(tmp_path)
+    for path in manifest["shards"]["image_text"]["train"]:
+        assert first[path] != other[path]
+    assert first["text/en.txt"] != other["text/en.txt"]
+
+
+def test_val_and_test_do_not_depend_on_n_train(world: tuple[Path, dict], tmp_path: Path) -> None:
+    root, manifest = world
+    tw.generate(tmp_path, seed=3, languages=LANGS, **{**SMALL, "n_train": 23})
+    first, other = _hashes(root), _hashes(tmp_path)
+    for view in tw.VIEWS:
+        for split in ("val", "test"):
+            for path in manifest["shards"][view][split]:
+                assert first[path] == other[path]
+    assert first["image_text/train-000001.tar"] != other["image_text/train-000001.tar"]
+
+
+def test_splits_draw_different_scenes() -> None:
+    for i in range(20):
+        scenes = [tw.sample_scene(0, split, i) for split in tw.SPLITS]
+        assert len({s.objects for s in scenes}) == 3
+        assert [s.key for s in scenes] == [f"train{i:06d}", f"val{i:06d}", f"test{i:06d}"]
+
+
+def test_samples_are_img2dataset_style(world: tuple[Path, dict], image_text: list[dict]) -> None:
+    assert len(image_text) == SMALL["n_train"] + SMALL["n_val"] + SMALL["n_test"]
+    keys = [s["__key__"] for s in image_text]
+    assert len(set(keys)) == len(keys) and not any("." in k for k in keys)
+    for s in image_text:
+        assert {"jpg", "txt", "json"} <= set(s)
+        img = Image.open(io.BytesIO(s["jpg"]))
+        assert img.format == "JPEG" and img.mode == "RGB" and img.size == (64, 64)
+        meta = json.loads(s["json"])
+        assert meta["key"] == s["__key__"] and meta["key"].startswith(meta["split"])
+        assert (meta["width"], meta["height"]) == (64, 64)
+        assert s["txt"].decode("utf-8") == meta["captions"]["en"]
+        assert set(meta["captions"]) == set(LANGS)
+        assert 1 <= len(meta["objects"]) <= 4
+
+
+def _nearest_color(rgb: np.ndarray) -> str:
+    palette = {**tw.COLORS, "background": tw.BACKGROUND}
+    return min(palette, key=lambda c: float(np.sum((rgb - np.array(palette[c])) ** 2)))
+
+
+def test_boxes_agree_with_pixels(image_text: list[dict]) -> None:
+    """Independent check: the colour at and just outside each box comes from the image."""
+    checked = 0
+    for s in image_text:
+        pixels = np.asarray(Image.open(io.BytesIO(s["jpg"])).convert("RGB"), dtype=np.float64)
+        size = pixels.shape[0]
+        for obj in json.loads(s["json"])["objects"]:
+            x1, y1, x2, y2 = obj["box"]
+            assert 0 <= x1 < x2 <= 1 and 0 <= y1 < y2 <= 1
+            assert obj["label"] == tw.SHAPES.index(obj["shape"])
+            assert obj["color_label"] == list(tw.COLORS).index(obj["color"])
+            cx, cy = (x1 + x2) / 2 * size, (y1 + y2) / 2 * size
+            assert _nearest_color(pixels[int(cy), int(cx)]) == obj["color"], (s["__key__"], obj)
+            # 2 px beyond each side, along the centre lines: background if the box is not
+            # cut too tight (shapes keep a wider gap than that to each other)
+            outside = [
+                (cx, y1 * size - 2),
+                (cx, y2 * size + 2),
+                (x1 * size - 2, cy),
+                (x2 * size + 2, cy),
+            ]
+            for px, py in outside:
+                if 0 <= px < size and 0 <= py < size:
+                    assert _nearest_color(pixels[int(py), int(px)]) == "background"
+            if obj["shape"] in ("circle", "square"):  # these reach their box edge on axes
+                for px, py in [(x1 * size + 1.5, cy), (x2 * size - 1.5, cy)]:
+                    assert _nearest_color(pixels[int(py), int(px)]) == obj["color"]
+            checked += 1
+    assert checked > 100
+
+
+def test_box_size_follows_size_attribute(image_text: list[dict]) -> None:
+    for s in image_text:
+        for obj in json.loads(s["json"])["objects"]:
+            width = obj["box"][2] - obj["box"][0]
+            assert (width > 0.17) == (obj["size"] == "large"), obj  # small <= 0.14 < 0.19 <= large
+
+
+def test_relations_agree_with_geometry(image_text: list[dict]) -> None:
+    seen = set()
+    for s in image_text:
+        meta = json.loads(s["json"])
+        centres = [
+            ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2) for b in (o["box"] for o in meta["objects"])
+        ]
+        assert [c[0] for c in centres] == sorted(c[0] for c in centres)  # left to right
+        assert len(meta["relations"]) == len(centres) - 1
+        for i, rel in enumerate(meta["relations"]):
+            assert (rel["subject"], rel["object"]) == (i, i + 1)
+            (ax, ay), (bx, by) = centres[i], centres[i + 1]
+            dx, dy = bx - ax, by - ay
+            horizontal = abs(dx) > 1.2 * abs(dy)
+            vertical = abs(dy) > 1.2 * abs(dx)
+            expected = {
+                "left_of": horizontal and dx > 0,
+                "right_of": horizontal and dx < 0,
+                "above": vertical and dy > 0,
+                "below": vertical and dy < 0,
+            }
+            assert expected[rel["relation"]], (s["__key__"], rel, centres)
+            seen.add(rel["relation"])
+    assert {"left_of", "above", "below"} <= seen
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"[\w'-]+", text.lower())
+
+
+def _reverse(lang: str, table: str) -> dict[str, str]:
+    """Surface form -> attribute, asserting no form names two attributes."""
+    out: dict[str, str] = {}
+    for name, entry in tw.LEXICON[lang][table].items():
+        entry = entry[1] if table == "nouns" else entry
+        for form in [entry] if isinstance(entry, str) else entry.values():
+            assert out.setdefault(form.lower(), name) == name, (lang, form)
+    return out
+
+
+def _scenes(n: int, seed: int = 0) -> list[tw.Scene]:
+    return [tw.sample_scene(seed, "train", i) for i in range(n)]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_captions_name_every_object_in_order(lang: str) -> None:
+    colors, shapes, sizes = (_reverse(lang, t) for t in ("colors", "nouns", "sizes"))
+    assert set(colors).isdisjoint(shapes) and set(colors).isdisjoint(sizes)
+    assert tw.lexicon_forms(lang, "colors") == set(colors)
+    noun_first = lang in ("fr", "es")
+    for scene in _scenes(300):
+        tokens = _tokens(tw.describe(scene, lang))
+        said = [colors[t] for t in tokens if t in colors]
+        assert said == [o.color for o in scene.objects], (lang, tokens)
+        assert [shapes[t] for t in tokens if t in shapes] == [o.shape for o in scene.objects]
+        assert [sizes[t] for t in tokens if t in sizes] == [o.size for o in scene.objects]
+        for i, t in enumerate(tokens):
+            if t in colors:  # word order: "cercle rouge" but "roter Kreis"
+                neighbour = tokens[i - 1] if noun_first else tokens[i + 1]
+                assert neighbour in shapes, (lang, tokens)
+
+
+def test_golden_captions() -> None:
+    """Hand-written translations: agreement, cases, elision and word order per language."""
+    objs = (
+        tw.Obj("circle", "red", "large", 0.15, 0.5, 0.14),
+        tw.Obj("star", "blue", "small", 0.45, 0.3, 0.07),
+        tw.Obj("diamond", "purple", "small", 0.5, 0.7, 0.07),
+        tw.Obj("square", "green", "large", 0.85, 0.75, 0.14),
+    )
+    chain = tw.Scene("train000000", "train", 0, 0, objs)
+    assert tw.captions(chain, LANGS) == {
+        "en": "A large red circle is to the left of a small blue star, which is above a small "
+        "purple diamond, which is to the left of a large green square.",
+        "de": "Ein großer roter Kreis ist links von einem kleinen blauen Stern, der über einer "
+        "kleinen violetten Raute ist, die links von einem großen grünen Quadrat ist.",
+        "fr": "Un grand cercle rouge est à gauche d'une petite étoile bleue, qui est au-dessus "
+        "d'un petit losange violet, qui est à gauche d'un grand carré vert.",
+        "ru": "Большой красный круг находится слева от маленькой синей звезды, которая находится "
+        "над маленьким фиолетовым ромбом, который находится слева от большого зелёного квадрата.",
+        "es": "Un círculo rojo grande está a la izquierda de una estrella azul pequeña, que está "
+        "encima de un rombo morado pequeño, que está a la izquierda de un cuadrado verde grande.",
+    }
+    lone = tw.Scene(
+        "val000001", "val", 1, 0, (tw.Obj("diamond", "yellow", "small", 0.15, 0.85, 0.07),)
+    )
+    assert tw.captions(lone, LANGS) == {
+        "en": "A small yellow diamond in the bottom left corner.",
+        "de": "Eine kleine gelbe Raute in der unteren linken Ecke.",
+        "fr": "Un petit losange jaune dans le coin inférieur gauche.",
+        "ru": "Маленький жёлтый ромб в левом нижнем углу.",
+        "es": "Un rombo amarillo pequeño en la esquina inferior izquierda.",
+    }
+
+
+def test_caption_scripts_and_single_object_locations() -> None:
+    cyrillic, latin = re.compile("[а-яё]", re.I), re.compile("[a-z]", re.I)
+    for scene in _scenes(100):
+        caps = tw.captions(scene, LANGS)
+        assert cyrillic.search(caps["ru"]) and not latin.search(caps["ru"])
+        assert not cyrillic.search(caps["en"] + caps["de"] + caps["fr"] + caps["es"])
+        assert len(set(caps.values())) == len(caps)
+        assert all(c[0].isupper() and c.endswith(".") for c in caps.values())
+        if len(scene.objects) == 1:
+            where = tw.location(scene.objects[0])
+            for lang, cap in caps.items():
+                assert tw.LEXICON[lang]["locations"][where] in cap
+
+
+def test_captions_are_near_unique() -> None:
+    scenes = _scenes(1000, seed=0)
+    for lang in LANGS:
+        caps = [tw.describe(s, lang) for s in scenes]
+        assert len(set(caps)) >= 950, lang
+
+
+def test_layouts_keep_shapes_apart_and_inside() -> None:
+    for scene in _scenes(300, seed=1):
+        objs = scene.objects
+        for o in objs:
+            assert o.r <= o.x <= 1 - o.r and o.r <= o.y <= 1 - o.r
+        for a, b in itertools.combinations(objs, 2):
+            assert np.hypot(a.x - b.x, a.y - b.y) >= a.r + b.r + tw.GAP - 1e-9
+        assert len({(o.shape, o.color) for o in objs}) == len(objs)
+
+
+def test_parallel_view_pairs_every_language(
+    world: tuple[Path, dict], image_text: list[dict]
+) -> None:
+    root, manifest = world
+    pairs = list(itertools.combinations(LANGS, 2))
+    by_scene = {s["__key__"]: json.loads(s["json"])["captions"] for s in image_text}
+    got: dict[str, list[tuple[str, ...]]] = {}
+    for split in tw.SPLITS:
+        for s in _read(root, manifest["shards"]["parallel"][split]):
+            rec = json.loads(s["json"])
+            caps = by_scene[rec["scene"]]
+            assert rec["texts"] == [caps[rec["languages"][0]], caps[rec["languages"][1]]]
+            got.setdefault(rec["scene"], []).append(tuple(rec["languages"]))
+    assert set(got) == set(by_scene)
+    assert all(v == pairs for v in got.values())
+
+
+def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
+    root, manifest = world
+    assert json.loads((root / "manifest.json").read_text("utf-8")) == manifest
+    assert manifest["seed"] == 3 and manifest["languages"] == list(LANGS)
+    assert manifest["counts"] == {"train": 40, "val": 12, "test": 8}
+    n_pairs = len(LANGS) * (len(LANGS) - 1) // 2
+    for view, per_split in manifest["shards"].items():
+        on_disk = sorted(p.relative_to(root).as_posix() for p in (root / view).glob("*.tar"))
+        assert sorted(itertools.chain(*per_split.values())) == on_disk
+        for split, paths in per_split.items():
+            n = len(_read(root, paths))
+            assert n == manifest["samples"][view][split]
+            per_scene = n_pairs if view == "parallel" else 1
+            assert n == per_scene * manifest["counts"][split]
+            assert len(paths) == -(-n // SMALL["shard_size"])
+    for lang in LANGS:
+        lines = (root / manifest["text"][lang]).read_text("utf-8").splitlines()
+        assert lines == [tw.describe(s, lang) for s in _scenes(40, seed=3)]
+
+
+def test_rerun_with_fewer_scenes_drops_stale_shards(tmp_path: Path) -> None:
+    tw.generate(tmp_path, n_train=40, n_val=0, n_test=0, shard_size=16, languages=("en",))
+    manifest = tw.generate(tmp_path, n_train=10, n_val=0, n_test=0, shard_size=16)
+    assert [p.name for p in (tmp_path / "image_text").glob("*.tar")] == ["train-000000.tar"]
+    assert manifest["shards"]["image_text"] == {
+        "train": ["image_text/train-000000.tar"],
+        "val": [],
+        "test": [],
+    }
+
+
+def test_primary_caption_without_english(tmp_path: Path) -> None:
+    manifest = tw.generate(tmp_path, n_train=3, n_val=0, n_test=0, languages=("fr", "ru"))
+    for s in _read(tmp_path, manifest["shards"]["image_text"]["train"]):
+        assert s["txt"].decode("utf-8") == json.loads(s["json"])["captions"]["fr"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"languages": ("en", "xx")}, "xx"),
+        ({"languages": ("en", "en")}, "repeat"),
+        ({"languages": ()}, "language"),
+        ({"n_val": -1}, "n_val"),
+        ({"image_size": 8}, "image_size"),
+        ({"shard_size": 0}, "shard_size"),
+    ],
+)
+def test_bad_arguments(tmp_path: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tw.generate(tmp_path, **kwargs)
+    assert not (tmp_path / "manifest.json").exists()

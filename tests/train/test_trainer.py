@@ -1,0 +1,148 @@
+"""The training loop: exact resume, outputs on disk, failure reporting, optimiser set-up."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, tiny_overrides
+
+from mmptm.config import ConfigError
+from mmptm.models.pretrain import PretrainModel, PretrainOutput
+from mmptm.train import checkpoint as ckpt
+from mmptm.train.config import TrainConfig, load_run_config
+from mmptm.train.optim import lr_factor, param_groups
+from mmptm.train.trainer import NonFiniteLoss, Trainer, build_model, pretrain
+
+VILT = str(ROOT / "configs/pretrain/vilt_tiny.yaml")
+CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _losses(rows: list[dict]) -> dict[int, dict[str, float]]:
+    return {r["step"]: {k: v for k, v in r.items() if k.endswith("loss")} for r in rows}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_reaches_the_same_losses_as_an_uninterrupted_run(tiny_world, tmp_path, workers):
+    # vilt_tiny has dropout, ITM negatives and MLM masking: every source of randomness.
+    extra = [f"data.num_workers={workers}", "train.max_steps=8", "train.ckpt_every=4"]
+    full = tmp_path / "full"
+    pretrain(load_run_config(VILT, [*tiny_overrides(tiny_world, full, "vilt"), *extra]))
+    split = tmp_path / "split"
+    first = [*tiny_overrides(tiny_world, split, "vilt"), *extra, "train.stop_at=3"]
+    pretrain(load_run_config(VILT, first))
+    assert max(_losses(_rows(split))) == 3
+    second = [*tiny_overrides(tiny_world, split, "vilt"), *extra, "resume=true"]
+    pretrain(load_run_config(VILT, second))
+
+    reference, resumed = _losses(_rows(full)), _losses(_rows(split))
+    assert sorted(resumed) == list(range(1, 9)) == sorted(reference)
+    for step in range(1, 9):
+        assert resumed[step] == reference[step], f"step {step}"
+    a = ckpt.load(ckpt.resolve_checkpoint(full))["model"]
+    b = ckpt.load(ckpt.resolve_checkpoint(split))["model"]
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
+def test_run_writes_config_metrics_and_atomic_checkpoints(tiny_world, tmp_path):
+    run = tmp_path / "run"
+    last = pretrain(
+        load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.keep_checkpoints=1"])
+    )
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["output_dir"] == str(run) and saved["train"]["max_steps"] == 6
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    for r in rows:
+        assert {"loss", "contrastive_loss", "lr", "data_skipped"} <= set(r)
+        assert math.isfinite(r["loss"])
+    assert last == rows[-1]
+    files = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert files == ["step_00000006.pt"]  # pruned to keep_checkpoints; no temp files left
+    state = ckpt.load(run / "checkpoints" / files[0])
+    assert state["step"] == 6 and state["config"]["model"]["width"] == 32
+    assert set(state) >= {"model", "optimizer", "scheduler", "ranks", "config"}
+    # The saved config alone rebuilds the model the weights belong to.
+    model, _ = build_model(load_run_config(str(run / "config.yaml")))
+    model.load_state_dict(state["model"])
+
+
+def test_bad_config_key_fails_before_training_naming_the_key(tiny_world, tmp_path):
+    base = tiny_overrides(tiny_world, tmp_path / "r")
+    with pytest.raises(ConfigError, match=r"train\.max_step\b.*did you mean 'train\.max_steps'"):
+        load_run_config(CLIP, [*base, "train.max_step=3"])
+    with pytest.raises(ConfigError, match=r"model\.objectives\.contrastive\.embed_dimm"):
+        load_run_config(CLIP, [*base, "model.objectives.contrastive.embed_dimm=3"])
+    with pytest.raises(ConfigError, match=r"model\.fusion\.type.*choices: dual, single_stream"):
+        load_run_config(CLIP, [*base, "model.fusion.type=triple"])
+    with pytest.raises(ConfigError, match=r"train\.lr"):
+        load_run_config(CLIP, [*base, "train.lr=fast"])
+    assert not (tmp_path / "r").exists()
+
+
+def test_non_finite_loss_names_the_step_and_samples(tiny_world, tmp_path, monkeypatch):
+    cfg = load_run_config(CLIP, tiny_overrides(tiny_world, tmp_path / "r"))
+    real_forward = PretrainModel.forward
+
+    def poisoned(self, batch):
+        out = real_forward(self, batch)
+        return PretrainOutput(out.loss * float("nan"), out.terms)
+
+    monkeypatch.setattr(PretrainModel, "forward", poisoned)
+    trainer = Trainer(cfg)
+    with pytest.raises(NonFiniteLoss, match=r"at step 0 .*batch keys: train\d+"):
+        trainer.fit()
+
+
+def test_resume_from_other_world_size_is_refused(tiny_world, tmp_path):
+    run = tmp_path / "r"
+    pretrain(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.max_steps=2"]))
+    path = ckpt.resolve_checkpoint(run)
+    state = ckpt.load(path)
+    state["world_size"] = 2
+    ckpt.save_atomic(state, path)
+    trainer = Trainer(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "resume=true"]))
+    with pytest.raises(ValueError, match="written by 2 ranks"):
+        trainer.fit()
+
+
+def test_weight_decay_skips_biases_norms_and_scalars(tiny_world):
+    cfg = load_run_config(CLIP, tiny_overrides(tiny_world, Path("unused")))
+    model, _ = build_model(cfg)
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay_names = {names[id(p)] for p in no_decay["params"]}
+    decay_names = {names[id(p)] for p in decay["params"]}
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.1
+    assert "objectives.contrastive.logit_scale" in no_decay_names
+    assert any(n.endswith("norm.weight") for n in no_decay_names)
+    assert all(not n.endswith(".bias") for n in decay_names)
+    assert "encoders.text.word.weight" in decay_names
+    assert len(decay_names) + len(no_decay_names) == len(list(model.parameters()))
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear", "constant"])
+def test_lr_schedule_warms_up_then_decays(schedule):
+    cfg = TrainConfig(max_steps=110, warmup_steps=10, schedule=schedule, min_lr_ratio=0.1)
+    f = [lr_factor(s, cfg) for s in range(111)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a < b for a, b in zip(f[:9], f[1:10]))  # warmup rises linearly
+    if schedule == "constant":
+        assert f[10:] == [1.0] * 101
+        return
+    assert f[10] == pytest.approx(1.0) and f[110] == pytest.approx(0.1)
+    mid = 0.1 + 0.9 * 0.5  # half way both decays are at the midpoint
+    assert f[60] == pytest.approx(mid)
+    if schedule == "cosine":
+        assert f[35] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)))
+    else:
+        assert f[35] == pytest.approx(0.1 + 0.9 * 0.75)
