@@ -210,7 +210,9 @@ class Decoder:
             lang, caption = self.caption_languages[0], sample["txt"].decode("utf-8")
         else:
             raise ValueError(f"no caption in {list(self.caption_languages)} and no txt member")
-        ids, _ = self.tokenizer.build_inputs(self.tokenizer.encode(caption), None, self.max_text_len)
+        ids, _ = self.tokenizer.build_inputs(
+            self.tokenizer.encode(caption), None, self.max_text_len
+        )
         return ids, lang
 
 
@@ -324,7 +326,9 @@ class ShardStream(IterableDataset):
         else:
             order = shard_order(c.urls, c.seed, self.epoch, c.shuffle)
             if len(order) >= parts:  # split shards: rank first, then worker
-                mine = split_round_robin(split_round_robin(order, c.rank, c.world), worker, n_workers)
+                mine = split_round_robin(
+                    split_round_robin(order, c.rank, c.world), worker, n_workers
+                )
                 samples = tar_samples(mine, handler)
             else:  # fewer shards than readers: every reader scans all, keeps its share
                 samples = split_round_robin(tar_samples(order, handler), part, parts)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from mmptm.config import from_dict
 from mmptm.data.pipeline import (
     Collate,
     DataConfig,
@@ -29,7 +30,6 @@ from mmptm.data.pipeline import (
 from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.pretrain import ModelConfig, data_transforms
-from mmptm.config import from_dict
 
 
 def _jpg(color=(200, 30, 30), size=16) -> bytes:
@@ -103,7 +103,7 @@ def test_shard_order_is_a_seeded_per_epoch_permutation():
 def test_split_round_robin_partitions():
     items = list(range(23))
     parts = [list(split_round_robin(items, i, 4)) for i in range(4)]
-    assert sorted(sum(parts, [])) == items
+    assert sorted(i for part in parts for i in part) == items
     assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1 :])
 
 
@@ -144,7 +144,7 @@ def test_corrupt_samples_are_skipped_and_counted(tmp_path, tiny_tokenizer, caplo
     bad_json["json"] = b"{not json"
     no_image = _sample("noimg")
     del no_image["jpg"]
-    samples = good[:3] + [truncated] + good[3:5] + [bad_json, no_image] + good[5:]
+    samples = [*good[:3], truncated, *good[3:5], bad_json, no_image, *good[5:]]
     urls = _write(tmp_path / "s-%06d.tar", samples, per_shard=100)
     sc = _stream(urls, tiny_tokenizer, shuffle=False, shuffle_buffer=1, drop_last=False)
     with caplog.at_level(logging.WARNING):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -135,7 +136,7 @@ def test_lr_schedule_warms_up_then_decays(schedule):
     cfg = TrainConfig(max_steps=110, warmup_steps=10, schedule=schedule, min_lr_ratio=0.1)
     f = [lr_factor(s, cfg) for s in range(111)]
     assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
-    assert all(a < b for a, b in zip(f[:9], f[1:10]))  # warmup rises linearly
+    assert all(a < b for a, b in itertools.pairwise(f[:10]))  # warmup rises linearly
     if schedule == "constant":
         assert f[10:] == [1.0] * 101
         return
