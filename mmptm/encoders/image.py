@@ -89,6 +89,17 @@ class TimmImageEncoder(Encoder):
 
     def load_backbone_weights(self, path: str | Path) -> None:
         sd = load_state_dict_file(path)
+        own = self.backbone.state_dict()
+        wrong = [
+            f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
+            for k, v in sd.items()
+            if k in own and v.shape != own[k].shape
+        ]
+        if wrong:
+            raise ValueError(
+                f"{path}: weights do not fit {self.cfg.model_name!r}; {len(wrong)} tensors "
+                f"differ in shape (file vs model), e.g. {wrong[:3]}"
+            )
         result = self.backbone.load_state_dict(sd, strict=False)
         if result.missing_keys:
             raise ValueError(

@@ -1,0 +1,212 @@
+"""Attention and TransformerStack: explicit softmax reference, masks, dropout, padding."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mmptm.layers import Attention, TransformerBlock, TransformerConfig, TransformerStack
+
+
+def _reference_attention(
+    attn: Attention,
+    x_BQD: torch.Tensor,
+    kv_BKC: torch.Tensor,
+    mask_BK: torch.Tensor | None,
+) -> torch.Tensor:
+    """softmax(QKᵀ/√E + mask)V with explicit loops over batch and heads, in float64."""
+    W = {name: getattr(attn, name) for name in ("q", "k", "v", "out")}
+    w = {n: m.weight.detach().double() for n, m in W.items()}
+    b = {n: m.bias.detach().double() for n, m in W.items()}
+    x = x_BQD.double()
+    kv = kv_BKC.double()
+    B, Q, D = x.shape
+    K = kv.shape[1]
+    H = attn.heads
+    E = D // H
+    out = torch.zeros(B, Q, D, dtype=torch.float64)
+    for bi in range(B):
+        q = x[bi] @ w["q"].T + b["q"]  # [Q,D]
+        k = kv[bi] @ w["k"].T + b["k"]  # [K,D]
+        v = kv[bi] @ w["v"].T + b["v"]  # [K,D]
+        heads = []
+        for h in range(H):
+            sl = slice(h * E, (h + 1) * E)
+            scores = q[:, sl] @ k[:, sl].T / math.sqrt(E)  # [Q,K]
+            if mask_BK is not None:
+                for j in range(K):
+                    if not bool(mask_BK[bi, j]):
+                        scores[:, j] = -math.inf
+            scores = scores - scores.max(dim=1, keepdim=True).values
+            p = scores.exp()
+            p = p / p.sum(dim=1, keepdim=True)
+            heads.append(p @ v[:, sl])
+        out[bi] = torch.cat(heads, dim=1) @ w["out"].T + b["out"]
+    return out
+
+
+def _random_mask(B: int, K: int, g: torch.Generator) -> torch.Tensor:
+    mask = torch.rand(B, K, generator=g) < 0.6
+    mask[:, 0] = True  # at least one real key per row
+    return mask
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_self_attention_matches_explicit_softmax(use_mask: bool) -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    attn = Attention(width=16, heads=4).eval()
+    x = torch.randn(3, 7, 16, generator=g)
+    mask = _random_mask(3, 7, g) if use_mask else None
+    assert mask is None or not bool(mask.all())
+    got = attn(x, mask_BK=mask)
+    want = _reference_attention(attn, x, x, mask)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_cross_attention_with_other_kv_width_matches_explicit_softmax() -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(2)
+    attn = Attention(width=12, heads=3, kv_width=20).eval()
+    assert attn.k.in_features == 20 and attn.v.in_features == 20
+    x = torch.randn(2, 5, 12, generator=g)
+    ctx = torch.randn(2, 9, 20, generator=g)
+    mask = _random_mask(2, 9, g)
+    got = attn(x, ctx, mask)
+    assert got.shape == (2, 5, 12)
+    want = _reference_attention(attn, x, ctx, mask)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_masked_key_values_do_not_change_outputs() -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    attn = Attention(width=16, heads=2).eval()
+    x = torch.randn(2, 6, 16, generator=g)
+    ctx = torch.randn(2, 8, 16, generator=g)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[0, 5:] = False
+    mask[1, 2:4] = False
+    garbage = ctx.clone()
+    garbage[~mask] = 1e3 * torch.randn(int((~mask).sum()), 16, generator=g)
+    with torch.no_grad():
+        a = attn(x, ctx, mask)
+        b = attn(x, garbage, mask)
+        unmasked = attn(x, garbage, None)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    # the garbage does matter when the mask is not given: the mask is what hides it
+    assert not torch.allclose(a, unmasked, atol=1e-3)
+
+
+def test_width_not_divisible_by_heads_raises() -> None:
+    with pytest.raises(ValueError, match="not divisible"):
+        Attention(width=10, heads=4)
+
+
+def test_dropout_only_in_training() -> None:
+    torch.manual_seed(0)
+    attn = Attention(width=16, heads=2, dropout=0.5)
+    x = torch.randn(2, 10, 16)
+    attn.eval()
+    with torch.no_grad():
+        e1, e2 = attn(x), attn(x)
+    torch.testing.assert_close(e1, e2, rtol=0, atol=0)
+    attn.train()
+    with torch.no_grad():
+        t1 = attn(x)
+    assert not torch.allclose(t1, e1, atol=1e-4)
+
+
+def _ln(x: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + norm.eps) * norm.weight.double() + norm.bias.double()
+
+
+def _mlp(x: torch.Tensor, mlp: torch.nn.Sequential) -> torch.Tensor:
+    h = x @ mlp[0].weight.double().T + mlp[0].bias.double()
+    h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))  # exact GELU
+    return h @ mlp[2].weight.double().T + mlp[2].bias.double()
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_transformer_block_layout_matches_reference(prenorm: bool) -> None:
+    """Pre-LN: x + f(LN(x)); post-LN (BERT): LN(x + f(x)); self → cross → MLP."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(6)
+    cfg = TransformerConfig(heads=2, mlp_ratio=2.0, prenorm=prenorm, layer_norm_eps=1e-5)
+    block = TransformerBlock(8, cfg, cross_width=12).eval()
+    with torch.no_grad():  # non-trivial LayerNorm affine parameters
+        for norm in (block.norm1, block.norm_cross, block.norm2):
+            norm.weight.normal_()
+            norm.bias.normal_()
+    x = torch.randn(2, 5, 8, generator=g)
+    mask = _random_mask(2, 5, g)
+    ctx = torch.randn(2, 3, 12, generator=g)
+    ctx_mask = torch.tensor([[True, True, False], [True, False, False]])
+    with torch.no_grad():
+        got = block(x, mask, ctx, ctx_mask)
+
+    def self_attn(h):
+        return _reference_attention(block.attn, h, h, mask)
+
+    def cross_attn(h):
+        return _reference_attention(block.cross, h, ctx, ctx_mask)
+
+    def mlp(h):
+        return _mlp(h, block.mlp)
+
+    with torch.no_grad():
+        h = x.double()
+        steps = [(block.norm1, self_attn), (block.norm_cross, cross_attn), (block.norm2, mlp)]
+        for norm, fn in steps:
+            h = h + fn(_ln(h, norm)) if prenorm else _ln(h + fn(h), norm)
+    torch.testing.assert_close(got.double(), h, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="ctx_BMC"):
+        block(x, mask)
+
+
+def _padded_copy(x: torch.Tensor, mask: torch.Tensor, extra: int, g: torch.Generator):
+    """Append ``extra`` garbage positions (mask False) to every row."""
+    B, _, D = x.shape
+    garbage = 10 * torch.randn(B, extra, D, generator=g)
+    x2 = torch.cat([x, garbage], dim=1)
+    m2 = torch.cat([mask, torch.zeros(B, extra, dtype=torch.bool)], dim=1)
+    return x2, m2
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_transformer_stack_padding_invariance(prenorm: bool) -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(4)
+    cfg = TransformerConfig(layers=2, heads=2, mlp_ratio=2.0, prenorm=prenorm, dropout=0.1)
+    stack = TransformerStack(16, cfg).eval()
+    assert isinstance(stack.norm, torch.nn.LayerNorm) == prenorm
+    x = torch.randn(3, 6, 16, generator=g)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1, 4:] = False  # a row that is already padded
+    x[1, 4:] = 5 * torch.randn(2, 16, generator=g)
+    x2, m2 = _padded_copy(x, mask, extra=5, g=g)
+    with torch.no_grad():
+        y = stack(x, mask)
+        y2 = stack(x2, m2)
+    real = mask
+    assert y2.shape == (3, 11, 16)
+    torch.testing.assert_close(y2[:, :6][real], y[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_transformer_stack_mask_matters(prenorm: bool) -> None:
+    """Guard against a stack that silently drops the mask: unmasked garbage changes outputs."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(5)
+    stack = TransformerStack(16, TransformerConfig(layers=1, heads=2, prenorm=prenorm)).eval()
+    x = torch.randn(2, 4, 16, generator=g)
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    x2, m2 = _padded_copy(x, mask, extra=3, g=g)
+    with torch.no_grad():
+        y = stack(x, mask)
+        y_nomask = stack(x2, torch.ones_like(m2))
+    assert not torch.allclose(y_nomask[:, :4], y, atol=1e-3)

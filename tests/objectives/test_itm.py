@@ -1,0 +1,134 @@
+"""ITM: negative sampling, consistent swaps, the matching head's loss."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mmptm.encoders.base import VocabInfo
+from mmptm.fusion.base import FusionOutput
+from mmptm.objectives.itm import ImageTextMatching, SwapNegatives, sample_negatives
+from mmptm.objectives.mlm import MaskedLM
+
+VOCAB = VocabInfo(vocab_size=10)
+
+
+def test_sample_negatives_never_self_and_rate_matches_prob() -> None:
+    g = torch.Generator().manual_seed(0)
+    B, draws, prob = 8, 1500, 0.3
+    parts = torch.stack([sample_negatives(B, prob, g) for _ in range(draws)])  # [draws,B]
+    assert parts.dtype == torch.long
+    assert bool(((parts >= 0) & (parts < B)).all())
+    neg = parts != torch.arange(B)
+    assert abs(neg.float().mean().item() - prob) < 0.02
+    # negatives pick every other sample about equally often: each of the B-1 others ≈ 1/(B-1)
+    i = torch.arange(B).expand(draws, B)
+    shift = (parts - i) % B
+    counts = torch.bincount(shift[neg], minlength=B)
+    assert counts[0] == 0  # (a shift of 0 would be a sample paired with itself)
+    share = counts[1:].float() / neg.sum()
+    assert bool(((share - 1 / (B - 1)).abs() < 0.03).all()), share
+
+
+def test_sample_negatives_extremes() -> None:
+    g = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        assert torch.equal(sample_negatives(1, 1.0, g), torch.tensor([0]))
+        assert torch.equal(sample_negatives(2, 1.0, g), torch.tensor([1, 0]))
+        assert torch.equal(sample_negatives(5, 0.0, g), torch.arange(5))
+        assert bool((sample_negatives(5, 1.0, g) != torch.arange(5)).all())
+
+
+def test_sample_negatives_is_seeded() -> None:
+    a = sample_negatives(16, 0.5, torch.Generator().manual_seed(3))
+    b = sample_negatives(16, 0.5, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)
+    draws = {
+        tuple(sample_negatives(16, 0.5, torch.Generator().manual_seed(s)).tolist())
+        for s in range(5)
+    }
+    assert len(draws) > 1
+
+
+def test_swap_negatives_moves_image_keys_together() -> None:
+    g = torch.Generator().manual_seed(0)
+    B = 12
+    pixels = torch.randn(B, 3, 4, 4, generator=g)
+    boxes = torch.arange(B, dtype=torch.float32)[:, None].expand(B, 4).clone()
+    ids = torch.randint(0, 10, (B, 5), generator=g)
+    batch = {"pixels": pixels.clone(), "boxes": boxes.clone(), "input_ids": ids.clone()}
+    t = ImageTextMatching.data_transform(
+        ImageTextMatching.Config(prob_negative=0.5, swap_keys=["pixels", "boxes"]), VOCAB
+    )
+    assert isinstance(t, SwapNegatives)
+    out = t(batch, torch.Generator().manual_seed(4))
+    labels = out["itm_labels"]
+    assert labels.dtype == torch.long and labels.shape == (B,)
+    assert 0 < int(labels.sum()) < B  # both kinds present for this seed
+    # which original image each sample now holds, found by matching pixels
+    flat = pixels.flatten(1)
+    partner = torch.tensor(
+        [int((flat == row).all(1).nonzero()[0]) for row in out["pixels"].flatten(1)]
+    )
+    unchanged = partner == torch.arange(B)
+    assert torch.equal(labels, unchanged.long())
+    # the other image key followed the same permutation; text is untouched
+    assert torch.equal(out["boxes"][:, 0].long(), partner)
+    assert torch.equal(out["input_ids"], ids)
+
+
+def test_swap_negatives_missing_key_raises_naming_it() -> None:
+    t = SwapNegatives(0.5, ["pixels", "regions"])
+    with pytest.raises(KeyError, match="regions"):
+        t({"pixels": torch.zeros(4, 3, 2, 2)}, torch.Generator())
+
+
+def test_prob_negative_is_validated() -> None:
+    with pytest.raises(ValueError, match="prob_negative"):
+        ImageTextMatching.data_transform(ImageTextMatching.Config(prob_negative=1.5), VOCAB)
+
+
+def test_negatives_run_before_masking() -> None:
+    assert ImageTextMatching.data_priority < MaskedLM.data_priority
+
+
+def _out(pooled: dict[str, torch.Tensor]) -> FusionOutput:
+    return FusionOutput({}, {}, pooled)
+
+
+def test_itm_needs_joint_pooled_vector() -> None:
+    torch.manual_seed(0)
+    head = ImageTextMatching(ImageTextMatching.Config(), width=8)
+    out = _out({"text": torch.randn(2, 8), "image": torch.randn(2, 8)})
+    with pytest.raises(ValueError, match="joint"):
+        head(out, {"itm_labels": torch.tensor([1, 0])})
+
+
+def test_itm_loss_matches_independent_cross_entropy() -> None:
+    torch.manual_seed(0)
+    itm = ImageTextMatching(ImageTextMatching.Config(), width=8)
+    with torch.no_grad():
+        itm.head.weight.normal_()
+        itm.head.bias.normal_()
+    g = torch.Generator().manual_seed(1)
+    joint = torch.randn(6, 8, generator=g)
+    labels = torch.tensor([1, 0, 0, 1, 1, 0])
+    res = itm(_out({"joint": joint}), {"itm_labels": labels})
+    W = itm.head.weight.detach().double()
+    b = itm.head.bias.detach().double()
+    total, correct = 0.0, 0
+    for i in range(6):
+        z = [float(joint[i].double() @ W[c] + b[c]) for c in range(2)]
+        m = max(z)
+        lse = m + math.log(sum(math.exp(zc - m) for zc in z))
+        total += lse - z[int(labels[i])]
+        correct += int((z[1] > z[0]) == bool(labels[i]))
+    torch.testing.assert_close(res["loss"].double(), torch.tensor(total / 6, dtype=torch.float64))
+    assert res["acc"].item() == pytest.approx(correct / 6)
+    # score(): the margin logit[1] - logit[0]
+    margin = (joint.double() @ W.T + b) @ torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(
+        itm.score(_out({"joint": joint})).double(), margin, rtol=1e-5, atol=1e-5
+    )
