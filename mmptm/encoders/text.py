@@ -39,14 +39,39 @@ class TextEncoder(Encoder):
         language_embeddings: bool = False
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
+        #: added to every position id (XLM-R/RoBERTa count positions from padding_idx + 1 = 2)
+        position_offset: int = 0
+        #: share every embedding with this earlier text encoder (a second view of the same
+        #: language model, e.g. the other side of a parallel pair); only the modality-type
+        #: embedding stays its own
+        tie_to: str = ""
 
     def __init__(
-        self, cfg: Config, *, width: int, vocab: VocabInfo, name: str = "text", **_: object
+        self,
+        cfg: Config,
+        *,
+        width: int,
+        vocab: VocabInfo,
+        name: str = "text",
+        built: dict[str, nn.Module] | None = None,
+        **_: object,
     ) -> None:
         super().__init__(width)
         self.cfg = cfg
         self.prefix = text_key_prefix(name)
         self.input_key = f"{self.prefix}input_ids"
+        if cfg.tie_to:
+            source = (built or {}).get(cfg.tie_to)
+            if not isinstance(source, TextEncoder):
+                raise ValueError(
+                    f"encoder {name!r}: tie_to={cfg.tie_to!r} must name a text encoder listed "
+                    f"before it (have: {sorted(built or {})})"
+                )
+            for part in ("word", "position", "segment", "language", "norm"):
+                setattr(self, part, getattr(source, part))
+            self.drop = nn.Dropout(cfg.dropout)
+            self.cfg = source.cfg  # same shapes; keeps max_positions checks consistent
+            return
         self.word = nn.Embedding(vocab.vocab_size, width, padding_idx=vocab.pad_id)
         self.position = nn.Embedding(cfg.max_positions, width)
         self.segment = nn.Embedding(cfg.segments, width) if cfg.segments > 0 else None
@@ -67,9 +92,10 @@ class TextEncoder(Encoder):
         p = self.prefix
         ids_BL = batch[f"{p}input_ids"]
         B, L = ids_BL.shape
-        if L > self.cfg.max_positions:
+        if L + self.cfg.position_offset > self.cfg.max_positions:
             raise ValueError(
-                f"text of length {L} exceeds max_positions={self.cfg.max_positions} "
+                f"text of length {L} (+ position_offset {self.cfg.position_offset}) exceeds "
+                f"max_positions={self.cfg.max_positions} "
                 "(raise model.encoders.<text>.max_positions or lower data.max_text_len)"
             )
         mask_BL = batch.get(f"{p}attention_mask")
@@ -77,7 +103,7 @@ class TextEncoder(Encoder):
         pos_BL = batch.get(f"{p}position_ids")
         if pos_BL is None:
             pos_BL = torch.arange(L, device=ids_BL.device).expand(B, L)
-        x_BLD = self.word(ids_BL) + self.position(pos_BL)
+        x_BLD = self.word(ids_BL) + self.position(pos_BL + self.cfg.position_offset)
         if self.segment is not None:
             seg_BL = batch.get(f"{p}segment_ids")
             x_BLD = x_BLD + self.segment(seg_BL if seg_BL is not None else torch.zeros_like(ids_BL))

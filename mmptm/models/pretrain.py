@@ -59,12 +59,11 @@ class PretrainModel(nn.Module):
         if not cfg.encoders:
             raise ValueError("model.encoders is empty: a model needs at least one encoder")
         self.cfg = cfg
-        self.encoders = nn.ModuleDict(
-            {
-                name: ENCODERS.build(c, width=cfg.width, vocab=vocab, name=name)
-                for name, c in cfg.encoders.items()
-            }
-        )
+        self.encoders = nn.ModuleDict()
+        for name, c in cfg.encoders.items():  # in order: a later encoder may tie to an earlier
+            self.encoders[name] = ENCODERS.build(
+                c, width=cfg.width, vocab=vocab, name=name, built=dict(self.encoders)
+            )
         self.fusion = FUSIONS.build(cfg.fusion, width=cfg.width, modalities=list(cfg.encoders))
         self.objectives = nn.ModuleDict(
             {
