@@ -13,28 +13,41 @@ loader releases batches in a fixed worker order, so a run resumed at a saved
 from __future__ import annotations
 
 import glob
-import io
-import json
+import itertools
 import logging
 import os
 import random
+import tarfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import braceexpand
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
 
+from mmptm.data.decode import Collate, ConcatPair, Decoder
 from mmptm.objectives.base import BatchTransform
 
 log = logging.getLogger(__name__)
 
 Sample = dict[str, Any]
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+
+
+@dataclass
+class SourceConfig:
+    """One training source of a mixture; each batch comes from one source."""
+
+    #: shard spec; with ``languages`` it contains ``{lang}``, e.g. ``mono/train-{lang}-*.tar``
+    shards: str
+    #: relative share of batches (normalised over the sources)
+    weight: float = 1.0
+    #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
+    languages: list[str] = field(default_factory=list)
+    alpha: float = 0.7
 
 
 @dataclass
@@ -60,6 +73,10 @@ class DataConfig:
     #: caption languages (keys of ``json["captions"]``); one is drawn per sample per epoch;
     #: the ``txt`` member is the fallback when a sample has none of them
     caption_languages: list[str] = field(default_factory=lambda: ["en"])
+    #: instead of ``train``: a mixture of sources, each batch drawn from one of them
+    sources: dict[str, SourceConfig] = field(default_factory=dict)
+    #: pairs joined into one sequence restart positions at the second sentence (XLM TLM)
+    restart_positions: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,67 +172,6 @@ def shuffle_buffer(samples: Iterable[Any], size: int, rng: random.Random) -> Ite
     yield from buf
 
 
-@dataclass
-class Decoder:
-    """Decodes a raw sample into the tensors its modalities need; raises ValueError if it can't.
-
-    ``needs`` names the modalities of the model (``image``, ``text``); a sample lacking one
-    of them is bad input. The caption language is drawn per (seed, epoch, sample key).
-    """
-
-    tokenizer: Any
-    needs: frozenset[str]
-    image_size: int
-    image_mean: Sequence[float]
-    image_std: Sequence[float]
-    max_text_len: int
-    caption_languages: Sequence[str]
-    seed: int = 0
-    epoch: int = 0
-
-    def __call__(self, sample: Sample) -> Sample:
-        out: Sample = {"__key__": sample["__key__"]}
-        meta = json.loads(sample["json"]) if "json" in sample else {}
-        if not isinstance(meta, dict):
-            raise ValueError(f"json member is a {type(meta).__name__}, expected an object")
-        if "image" in self.needs:
-            out["pixels"] = self.image(sample)
-        if "text" in self.needs:
-            out["input_ids"], out["lang"] = self.text(sample, meta)
-        return out
-
-    def image(self, sample: Sample) -> torch.Tensor:
-        ext = next((e for e in IMAGE_EXTS if e in sample), None)
-        if ext is None:
-            raise ValueError(f"no image member (one of {IMAGE_EXTS}); has {sorted(sample)}")
-        with Image.open(io.BytesIO(sample[ext])) as img:
-            img.load()  # decode now, so a truncated file fails here
-            img = img.convert("RGB")
-            if img.size != (self.image_size, self.image_size):
-                img = img.resize((self.image_size, self.image_size), Image.BICUBIC)
-            x_HWC = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-        x_CHW = x_HWC.view(self.image_size, self.image_size, 3).permute(2, 0, 1).float() / 255.0
-        mean = torch.tensor(self.image_mean).view(3, 1, 1)
-        std = torch.tensor(self.image_std).view(3, 1, 1)
-        return (x_CHW - mean) / std
-
-    def text(self, sample: Sample, meta: dict) -> tuple[list[int], str]:
-        captions = meta.get("captions") or {}
-        langs = [lang for lang in self.caption_languages if captions.get(lang)]
-        if langs:
-            rng = random.Random(f"{self.seed}/{self.epoch}/{sample['__key__']}")
-            lang = rng.choice(langs)
-            caption = captions[lang]
-        elif "txt" in sample:
-            lang, caption = self.caption_languages[0], sample["txt"].decode("utf-8")
-        else:
-            raise ValueError(f"no caption in {list(self.caption_languages)} and no txt member")
-        ids, _ = self.tokenizer.build_inputs(
-            self.tokenizer.encode(caption), None, self.max_text_len
-        )
-        return ids, lang
-
-
 def decode_samples(
     samples: Iterable[Sample], decoder: Decoder, handler: SkipCounter
 ) -> Iterator[Sample]:
@@ -229,31 +185,6 @@ def decode_samples(
 
 # --------------------------------------------------------------------------------------------
 # Batches
-
-
-@dataclass
-class Collate:
-    """Stacks decoded samples; text is padded to the longest in the batch."""
-
-    pad_id: int
-    lang_index: Callable[[str], int]
-
-    def __call__(self, samples: list[Sample]) -> dict[str, Any]:
-        batch: dict[str, Any] = {"__key__": [s["__key__"] for s in samples]}
-        if "pixels" in samples[0]:
-            batch["pixels"] = torch.stack([s["pixels"] for s in samples])
-        if "input_ids" in samples[0]:
-            lengths = [len(s["input_ids"]) for s in samples]
-            L = max(lengths)
-            ids_BL = torch.full((len(samples), L), self.pad_id, dtype=torch.long)
-            for i, s in enumerate(samples):
-                ids_BL[i, : lengths[i]] = torch.tensor(s["input_ids"], dtype=torch.long)
-            batch["input_ids"] = ids_BL
-            batch["attention_mask"] = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
-            batch["segment_ids"] = torch.zeros_like(ids_BL)
-            lang_B = torch.tensor([self.lang_index(s["lang"]) for s in samples])
-            batch["lang_ids"] = lang_B[:, None].expand(-1, L).contiguous()
-        return batch
 
 
 def batched(samples: Iterable[Sample], size: int, drop_last: bool) -> Iterator[list[Sample]]:
@@ -279,10 +210,24 @@ def batch_generator(seed: int, epoch: int, rank: int, worker: int, index: int) -
 
 
 @dataclass
-class StreamConfig:
-    """Everything a worker needs to produce its part of an epoch (picklable)."""
+class SubSource:
+    """A set of shards and its probability of providing the next batch."""
 
+    name: str
     urls: list[str]
+    prob: float = 1.0
+
+
+@dataclass
+class StreamConfig:
+    """Everything a worker needs to produce its part of an epoch (picklable).
+
+    With one source an epoch is one pass over its shards. With several (a mixture) each
+    batch comes from one source drawn by ``prob``; every source cycles through its own
+    epochs, so the stream is endless.
+    """
+
+    sources: list[SubSource]
     decoder: Decoder
     collate: Collate
     transforms: list[BatchTransform]
@@ -310,21 +255,19 @@ class ShardStream(IterableDataset):
         self.epoch = epoch
         self.skip = list(skip)
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = get_worker_info()
-        worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
-        if info is not None:
-            torch.set_num_threads(1)  # workers decode; the main process owns the cores
+    def _samples(
+        self, src: SubSource, epoch: int, worker: int, n_workers: int, handler: SkipCounter
+    ) -> Iterator[Sample]:
+        """This reader's share of one source for one epoch, shuffled."""
         c = self.cfg
-        handler = SkipCounter()
-        decoder = replace(c.decoder, epoch=self.epoch)
         parts = c.world * n_workers
         part = c.rank * n_workers + worker
+        seed = f"{c.seed}/{src.name}" if len(c.sources) > 1 else c.seed
         if c.resampled:
-            rng = random.Random(f"{c.seed}/{self.epoch}/{part}")
-            samples = tar_samples(resampled_shards(c.urls, rng), handler)
+            rng = random.Random(f"{seed}/{epoch}/{part}")
+            samples = tar_samples(resampled_shards(src.urls, rng), handler)
         else:
-            order = shard_order(c.urls, c.seed, self.epoch, c.shuffle)
+            order = shard_order(src.urls, seed, epoch, c.shuffle)
             if len(order) >= parts:  # split shards: rank first, then worker
                 mine = split_round_robin(
                     split_round_robin(order, c.rank, c.world), worker, n_workers
@@ -332,11 +275,43 @@ class ShardStream(IterableDataset):
                 samples = tar_samples(mine, handler)
             else:  # fewer shards than readers: every reader scans all, keeps its share
                 samples = split_round_robin(tar_samples(order, handler), part, parts)
-        rng = random.Random(f"{c.seed}/{self.epoch}/{part}/shuffle")
-        samples = shuffle_buffer(samples, c.shuffle_buffer if c.shuffle else 1, rng)
-        decoded = decode_samples(samples, decoder, handler)
+        rng = random.Random(f"{seed}/{epoch}/{part}/shuffle")
+        return shuffle_buffer(samples, c.shuffle_buffer if c.shuffle else 1, rng)
+
+    def _groups(self, worker: int, n_workers: int, handler: SkipCounter) -> Iterator[list]:
+        """Lists of decoded samples, one per batch."""
+        c = self.cfg
+        if len(c.sources) == 1:
+            decoder = replace(c.decoder, epoch=self.epoch)
+            samples = self._samples(c.sources[0], self.epoch, worker, n_workers, handler)
+            yield from batched(decode_samples(samples, decoder, handler), c.batch_size, c.drop_last)
+            return
+
+        def endless(src: SubSource) -> Iterator[Sample]:
+            for epoch in itertools.count():
+                decoder = replace(c.decoder, epoch=epoch)
+                samples = self._samples(src, epoch, worker, n_workers, handler)
+                yield from decode_samples(samples, decoder, handler)
+
+        streams = [endless(src) for src in c.sources]
+        rng = random.Random(f"{c.seed}/{self.epoch}/{c.rank}/{worker}/mix")
+        probs = [src.prob for src in c.sources]
+        while True:
+            (i,) = rng.choices(range(len(streams)), weights=probs)
+            group = list(itertools.islice(streams[i], c.batch_size))
+            if len(group) < c.batch_size:
+                raise RuntimeError(f"source {c.sources[i].name!r} gives no samples to this reader")
+            yield group
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        info = get_worker_info()
+        worker, n_workers = (info.id, info.num_workers) if info else (0, 1)
+        if info is not None:
+            torch.set_num_threads(1)  # workers decode; the main process owns the cores
+        c = self.cfg
+        handler = SkipCounter()
         skip = self.skip[worker] if worker < len(self.skip) else 0
-        for index, group in enumerate(batched(decoded, c.batch_size, c.drop_last)):
+        for index, group in enumerate(self._groups(worker, n_workers, handler)):
             if index < skip:
                 continue
             batch = c.collate(group)
@@ -434,14 +409,15 @@ class Loader:
             if empty and self.state.consumed == [0] * self.n:
                 raise RuntimeError(
                     f"epoch {self.state.epoch} produced no batch: too few valid samples for "
-                    f"batch_size={self.cfg.batch_size} on this rank ({len(self.cfg.urls)} shards)"
+                    f"batch_size={self.cfg.batch_size} on this rank "
+                    f"({sum(len(s.urls) for s in self.cfg.sources)} shards)"
                 )
             self.state = DataState(epoch=self.state.epoch + 1, skipped_before=self.skipped)
 
 
 def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, Any]]:
     """One ordered pass over the data (evaluation): no shuffling, last batch kept."""
-    cfg = replace(cfg, shuffle=False, drop_last=False, resampled=False, transforms=[])
+    cfg = replace(cfg, shuffle=False, drop_last=False, resampled=False)
     loader = Loader(cfg, num_workers)
     return loader._epoch_batches()
 
@@ -456,17 +432,22 @@ def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]
 
 __all__ = [
     "Collate",
+    "ConcatPair",
     "DataConfig",
     "DataState",
     "Decoder",
     "Loader",
     "ShardStream",
     "SkipCounter",
+    "SourceConfig",
     "StreamConfig",
+    "SubSource",
     "batch_generator",
     "batched",
+    "count_samples",
     "decode_samples",
     "expand_shards",
+    "mixture",
     "move_to",
     "shard_order",
     "shuffle_buffer",
@@ -475,6 +456,44 @@ __all__ = [
     "stream_config",
     "tar_samples",
 ]
+
+
+@lru_cache(maxsize=4096)
+def _count(url: str, size: int, mtime: float) -> int:
+    with tarfile.open(url) as tar:
+        return len({m.name.split("/")[-1].split(".")[0] for m in tar if m.isfile()})
+
+
+def count_samples(urls: Iterable[str]) -> int:
+    """Samples (distinct keys) in tar shards, from their headers; cached per file version."""
+    total = 0
+    for u in urls:
+        st = os.stat(u)
+        total += _count(u, st.st_size, st.st_mtime)
+    return total
+
+
+def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
+    """Sub-sources with batch probabilities: source weights × per-language α-sampling."""
+    if not sources:
+        raise ValueError("data.sources is empty")
+    total = sum(src.weight for src in sources.values())
+    if total <= 0 or any(src.weight < 0 for src in sources.values()):
+        raise ValueError("data.sources weights must be >= 0 and not all 0")
+    subs: list[SubSource] = []
+    for name, src in sources.items():
+        share = src.weight / total
+        if not src.languages:
+            subs.append(SubSource(name, expand_shards(src.shards), share))
+            continue
+        if "{lang}" not in src.shards:
+            raise ValueError(f"data.sources.{name}.shards needs a {{lang}} placeholder")
+        urls = {lang: expand_shards(src.shards.replace("{lang}", lang)) for lang in src.languages}
+        n = {lang: count_samples(u) for lang, u in urls.items()}
+        q = {lang: (n[lang] / sum(n.values())) ** src.alpha for lang in urls}
+        z = sum(q.values())
+        subs += [SubSource(f"{name}/{lang}", urls[lang], share * q[lang] / z) for lang in urls]
+    return subs
 
 
 def stream_config(
@@ -491,8 +510,18 @@ def stream_config(
 ) -> StreamConfig:
     """Assemble the stages' settings for one split from the data config."""
     spec = shards if shards is not None else getattr(cfg, split)
-    if not spec:
+    if split == "train" and shards is None and cfg.sources:
+        if cfg.train:
+            raise ValueError("set data.train or data.sources, not both")
+        sources = mixture(cfg.sources)
+    elif not spec:
         raise ValueError(f"data.{split} is empty: give the shards of the {split} split")
+    else:
+        sources = [SubSource(split, expand_shards(spec))]
+    needs = frozenset(needs)
+    if "text" in needs and "text2" not in needs:  # one sequence: join pairs
+        transforms = [ConcatPair(tokenizer.pad_id, cfg.restart_positions), *transforms]
+        transforms.sort(key=lambda t: t.data_priority)
     if cfg.batch_size < 1:
         raise ValueError(f"data.batch_size must be >= 1, got {cfg.batch_size}")
 
@@ -500,10 +529,10 @@ def stream_config(
         return tokenizer.languages.index(lang) if lang in tokenizer.languages else 0
 
     return StreamConfig(
-        urls=expand_shards(spec),
+        sources=sources,
         decoder=Decoder(
             tokenizer=tokenizer,
-            needs=frozenset(needs),
+            needs=needs,
             image_size=cfg.image_size,
             image_mean=list(cfg.image_mean),
             image_std=list(cfg.image_std),

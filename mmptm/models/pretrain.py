@@ -43,12 +43,8 @@ class PretrainOutput:
 
 def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     """The objectives' data sides in the order they must run (negatives before masking)."""
-    parts = sorted(
-        ((OBJECTIVES.get(c.type), c) for c in cfg.objectives.values()),
-        key=lambda pc: pc[0].data_priority,
-    )
-    transforms = (cls.data_transform(c, vocab) for cls, c in parts)
-    return [t for t in transforms if t is not None]
+    transforms = (OBJECTIVES.get(c.type).data_transform(c, vocab) for c in cfg.objectives.values())
+    return sorted((t for t in transforms if t is not None), key=lambda t: t.data_priority)
 
 
 class PretrainModel(nn.Module):

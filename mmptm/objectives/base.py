@@ -9,7 +9,7 @@ with the recipe weight, the rest are metrics.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -21,17 +21,19 @@ Batch = dict[str, torch.Tensor]
 
 
 class BatchTransform(Protocol):
-    """An objective's data side: a picklable callable over a collated batch."""
+    """An objective's data side: a picklable callable over a collated batch.
+
+    Transforms run in ascending ``data_priority``: negatives (10, they decide what is a
+    positive pair), joining text pairs into one sequence (15), masking (20).
+    """
+
+    data_priority: int
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch: ...
 
 
 class Objective(nn.Module):
     """Base class of the loss sides; subclasses register with ``OBJECTIVES``."""
-
-    #: data sides run in ascending priority: negatives (which decide what is a positive
-    #: pair) before masking (which labels only positive pairs)
-    data_priority: ClassVar[int] = 50
 
     @classmethod
     def data_transform(cls, cfg, vocab: VocabInfo) -> BatchTransform | None:

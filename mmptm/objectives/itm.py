@@ -1,13 +1,17 @@
-"""Image-text matching: is this caption about this image?
+"""Matching: is this pair aligned? Image-text matching (ITM), and with ``swap_keys:
+[text2_*]`` Unicoder's cross-lingual paraphrase classification (aligned vs. misaligned
+translations).
 
-Data side: with probability ``prob_negative`` a sample's image is swapped for another
-sample's image in the batch (never its own), giving ``itm_labels`` (1 = matched).
-Loss side: a binary classifier on the fused ``pooled["joint"]`` vector.
+Data side: with probability ``prob_negative`` a sample's second side (the image, or the
+second text view) is swapped for another sample's in the batch (never its own), giving
+``itm_labels`` (1 = aligned). Loss side: a binary classifier on the fused ``pooled["joint"]``.
+A batch with none of the swap keys (another source of a mixture) gets no loss from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,15 +37,23 @@ def sample_negatives(batch_size: int, prob: float, g: torch.Generator) -> torch.
 class SwapNegatives:
     """ITM data side: permutes the image-side keys of the negative samples."""
 
+    data_priority: ClassVar[int] = 10
+
     prob: float
     keys: list[str]
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
-        missing = [k for k in self.keys if k not in batch]
+        explicit = [k for k in self.keys if not k.endswith("*")]
+        prefixes = [k[:-1] for k in self.keys if k.endswith("*")]
+        keys = [k for k in explicit if k in batch]
+        keys += [b for b in batch if any(b.startswith(p) for p in prefixes) and b not in keys]
+        if not keys:  # a batch of another source in a mixture: this objective sits it out
+            return batch
+        missing = [k for k in explicit if k not in batch]
         if missing:
             raise KeyError(f"itm.swap_keys {missing} are not in the batch (keys: {sorted(batch)})")
-        partner_B = sample_negatives(batch[self.keys[0]].shape[0], self.prob, g)
-        for k in self.keys:
+        partner_B = sample_negatives(batch[keys[0]].shape[0], self.prob, g)
+        for k in keys:
             batch[k] = batch[k][partner_B]
         batch["itm_labels"] = (partner_B == torch.arange(len(partner_B))).long()
         return batch
@@ -51,14 +63,12 @@ class SwapNegatives:
 class ImageTextMatching(Objective):
     """Binary matched / not-matched head on the joint pooled vector."""
 
-    data_priority = 10
-
     @dataclass
     class Config:
         type: str = "itm"
         weight: float = 1.0
         prob_negative: float = 0.5
-        #: batch keys of the image side that a negative swaps together
+        #: batch keys of the side that a negative swaps together; ``prefix*`` matches many
         swap_keys: list[str] = field(default_factory=lambda: ["pixels"])
 
     @classmethod
@@ -79,6 +89,8 @@ class ImageTextMatching(Objective):
         return logits_B2[:, 1] - logits_B2[:, 0]
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
+        if "itm_labels" not in batch:  # inactive on this batch (see the data side)
+            return {}
         if "joint" not in out.pooled:
             raise ValueError("itm needs a fusion module with cross-modal layers (pooled['joint'])")
         logits_B2 = self.head(out.pooled["joint"]).float()

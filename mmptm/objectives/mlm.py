@@ -9,6 +9,7 @@ Legend: B batch, L tokens, D width, M masked positions, V vocabulary.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,8 @@ class MaskTokens:
     own image.
     """
 
+    data_priority: ClassVar[int] = 20
+
     prefix: str
     mask_prob: float
     p_mask: float
@@ -89,8 +92,6 @@ class MaskTokens:
 @OBJECTIVES.register("mlm")
 class MaskedLM(Objective):
     """MLM head tied to the text encoder's word embeddings."""
-
-    data_priority = 20
 
     @dataclass
     class Config:

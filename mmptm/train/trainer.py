@@ -86,7 +86,9 @@ def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
 
 
 def modality_kinds(model: PretrainModel) -> set[str]:
-    return {enc.kind for enc in model.encoders.values()}
+    """What the data pipeline must decode: each encoder's kind, and every text view by name."""
+    kinds = {enc.kind for enc in model.encoders.values()}
+    return kinds | {name for name, enc in model.encoders.items() if enc.kind == "text"}
 
 
 def _gather(obj: Any, d: Dist) -> list[Any]:

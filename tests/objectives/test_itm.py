@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from mmptm.data.decode import ConcatPair
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.itm import ImageTextMatching, SwapNegatives, sample_negatives
-from mmptm.objectives.mlm import MaskedLM
+from mmptm.objectives.mlm import MaskTokens
 
 VOCAB = VocabInfo(vocab_size=10)
 
@@ -90,8 +91,8 @@ def test_prob_negative_is_validated() -> None:
         ImageTextMatching.data_transform(ImageTextMatching.Config(prob_negative=1.5), VOCAB)
 
 
-def test_negatives_run_before_masking() -> None:
-    assert ImageTextMatching.data_priority < MaskedLM.data_priority
+def test_negatives_run_before_pair_joining_and_masking() -> None:
+    assert SwapNegatives.data_priority < ConcatPair.data_priority < MaskTokens.data_priority
 
 
 def _out(pooled: dict[str, torch.Tensor]) -> FusionOutput:
