@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-DEMO_CONFIG = "configs/pretrain/clip_tiny.yaml"
-
 
 def _data_toyworld(args: argparse.Namespace) -> int:
     from mmptm.data import toyworld
@@ -82,49 +80,61 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from mmptm.data import toyworld
-    from mmptm.data.tokenizer import train_tokenizer
-    from mmptm.eval.retrieval import evaluate_retrieval, format_table
+def _finetune(args: argparse.Namespace) -> int:
+    from mmptm.eval.classification import evaluate_sets, format_accuracy
     from mmptm.train.config import load_run_config
-    from mmptm.train.trainer import pretrain
+    from mmptm.train.trainer import Trainer
 
-    out = Path(args.out)
-    data = out / "toyworld"
-    times: dict[str, float] = {}
-    t = time.perf_counter()
-    toyworld.generate(
-        data, n_train=args.n_train, n_val=args.n_test, n_test=args.n_test, seed=args.seed
-    )
-    times["toyworld"] = time.perf_counter() - t
-    t = time.perf_counter()
-    tok_prefix = data / "tokenizer"
-    # From the shards: their json captions name each caption's language.
-    shards = sorted((data / "image_text").glob("train-*.tar"))
-    train_tokenizer(shards, tok_prefix, vocab_size=args.vocab_size, seed=args.seed)
-    times["tokenizer"] = time.perf_counter() - t
-    t = time.perf_counter()
-    run_dir = out / "clip_tiny"
-    overrides = [
-        f"output_dir={run_dir}",
-        f"data.train={data}/image_text/train-*.tar",
-        f"data.val={data}/image_text/val-*.tar",
-        f"data.test={data}/image_text/test-*.tar",
-        f"data.tokenizer={tok_prefix}.model",
-        f"seed={args.seed}",
-        *([f"train.max_steps={args.steps}"] if args.steps else []),
-        *args.overrides,
-    ]
-    cfg = load_run_config(args.config, overrides)
-    pretrain(cfg)
-    times["pretrain"] = time.perf_counter() - t
-    t = time.perf_counter()
-    result = evaluate_retrieval(str(run_dir), split="test")
-    times["retrieval"] = time.perf_counter() - t
-    (out / "results.json").write_text(json.dumps({"retrieval": result, "seconds": times}, indent=2))
-    print(f"\nclip_tiny on toyworld, test split ({int(result['n'])} image-caption pairs):")
-    print(format_table({"clip_tiny": result}))
-    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    cfg = load_run_config(args.config, args.overrides)
+    if not cfg.init:
+        raise ValueError("finetune needs init=<checkpoint or run dir> (init_mode=architecture "
+                         "trains the same shape from scratch)")  # fmt: skip
+    trainer = Trainer(cfg)
+    trainer.fit()
+    if trainer.dist.main and cfg.data.eval:
+        result = evaluate_sets(trainer.model, cfg, trainer.tokenizer, cfg.data.eval)
+        (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(format_accuracy({Path(cfg.output_dir).name: result}))
+    return 0
+
+
+def _eval_xnli(args: argparse.Namespace) -> int:
+    from mmptm.eval.classification import evaluate_classification, format_accuracy
+
+    sets = dict(s.split("=", 1) for s in args.set) if args.set else None
+    result = evaluate_classification(args.run, sets, args.overrides)
+    print(format_accuracy({Path(args.run).name or args.run: result}))
+    print(json.dumps(result))
+    return 0
+
+
+def _eval_xret(args: argparse.Namespace) -> int:
+    from mmptm.eval.classification import format_accuracy
+    from mmptm.eval.xlingual import evaluate_xlingual
+
+    result = evaluate_xlingual(
+        args.run, args.shards, pivot=args.pivot, max_per_language=args.max_items,
+        overrides=args.overrides,
+    )  # fmt: skip
+    print(format_accuracy({Path(args.run).name or args.run: result}))
+    print(json.dumps(result))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from mmptm.train import experiments
+
+    out = Path(args.out or f"runs/demo-{args.study}")
+    if args.study == "clip":
+        experiments.clip_study(
+            out, n_train=args.n_train, n_test=args.n_test, steps=args.steps, seed=args.seed,
+            overrides=args.overrides,
+        )  # fmt: skip
+    else:
+        experiments.multilingual_study(
+            out, n_train=args.n_train, n_test=args.n_test, steps=args.steps or 2000,
+            seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
+        )  # fmt: skip
     return 0
 
 
@@ -162,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     pt.set_defaults(fn=_pretrain)
 
+    ft = sub.add_parser("finetune", help="fine-tune a checkpoint (init=...) on a task")
+    ft.add_argument("config")
+    ft.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    ft.set_defaults(fn=_finetune)
+
     ev = sub.add_parser("eval", help="evaluate a checkpoint")
     ev_sub = ev.add_subparsers(dest="task", required=True)
     er = ev_sub.add_parser("retrieval", help="image↔text R@1/5/10")
@@ -174,16 +189,29 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--batch-size", type=int, default=128)
     er.add_argument("--out", default=None, help="also write the result as JSON here")
     er.set_defaults(fn=_eval_retrieval)
+    ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
+    ex.add_argument("run", help="run directory or checkpoint file")
+    ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    ex.add_argument("--set", action="append", help="NAME=SHARDS (default: the run's data.eval)")
+    ex.set_defaults(fn=_eval_xnli)
+    xr = ev_sub.add_parser("xret", help="cross-lingual sentence retrieval (Tatoeba protocol)")
+    xr.add_argument("run", help="run directory or checkpoint file")
+    xr.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    xr.add_argument("--shards", required=True, help="parallel-text shards")
+    xr.add_argument("--pivot", default="en")
+    xr.add_argument("--max-items", type=int, default=500, help="pairs per language")
+    xr.set_defaults(fn=_eval_xret)
 
-    de = sub.add_parser("demo", help="toyworld → tokenizer → CLIP pre-training → retrieval")
-    de.add_argument("--out", default="runs/demo")
-    de.add_argument("--config", default=DEMO_CONFIG)
+    de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
+    de.add_argument("study", nargs="?", default="clip", choices=["clip", "multilingual"])
+    de.add_argument("--out", default=None, help="default: runs/demo-<study>")
     de.add_argument("--n-train", type=int, default=4000)
     de.add_argument("--n-test", type=int, default=500)
-    de.add_argument("--steps", type=int, default=0, help="override train.max_steps")
-    de.add_argument("--vocab-size", type=int, default=1000)
+    de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
+    de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
     de.add_argument("--seed", type=int, default=0)
-    de.add_argument("overrides", nargs="*", help="key=value overrides of the recipe")
+    de.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="key=value override of the pre-training recipe")  # fmt: skip
     de.set_defaults(fn=_demo)
     return p
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mmptm.config import load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.tokenizer import Tokenizer, train_tokenizer
 
@@ -14,9 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory) -> Path:
-    """toyworld with 96 train / 32 val / 32 test scenes in shards of 16, plus a tokenizer."""
+    """toyworld (5 languages) with 96 train / 32 val / 32 test scenes in shards of 16, plus a
+    tokenizer."""
     out = tmp_path_factory.mktemp("toyworld")
-    toyworld.generate(out, n_train=96, n_val=32, n_test=32, seed=0, image_size=32, shard_size=16)
+    toyworld.generate(
+        out, n_train=96, n_val=32, n_test=32, seed=0, image_size=32, shard_size=16,
+        languages=("en", "de", "fr", "ru", "es"),
+    )  # fmt: skip
     shards = sorted((out / "image_text").glob("train-*.tar"))
     train_tokenizer(shards, out / "tokenizer", vocab_size=400, seed=0, num_threads=1)
     return out
@@ -28,32 +33,36 @@ def tiny_tokenizer(tiny_world: Path) -> Tokenizer:
 
 
 def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[str]:
-    """Overrides that point a tiny recipe at ``tiny_world`` and shrink it for tests."""
-    common = [
-        f"output_dir={out}",
-        f"data.train={world}/image_text/train-*.tar",
-        f"data.val={world}/image_text/val-*.tar",
-        f"data.test={world}/image_text/test-*.tar",
-        f"data.tokenizer={world}/tokenizer.model",
+    """Overrides that point a recipe's ``data/toyworld`` paths at ``world`` and shrink it."""
+    tree = load_yaml_tree(ROOT / "configs" / "pretrain" / f"{recipe}.yaml")
+    data, model = tree.get("data", {}), tree.get("model", {})
+
+    def here(path: str) -> str:
+        return path.replace("data/toyworld", str(world))
+
+    over = [f"output_dir={out}", f"data.tokenizer={world}/tokenizer.model"]
+    over += [f"data.{k}={here(data[k])}" for k in ("train", "val", "test") if data.get(k)]
+    for name, src in (data.get("sources") or {}).items():
+        over.append(f"data.sources.{name}.shards={here(src['shards'])}")
+    over += [
         "data.batch_size=8",
         "data.num_workers=0",
         "data.shuffle_buffer=20",
-        "data.image_size=32",
         "model.width=32",
-        "model.encoders.image.image_size=32",
+        "model.fusion.transformer.heads=2",
+        "model.fusion.transformer.layers=2",
         "train.max_steps=6",
         "train.warmup_steps=2",
         "train.log_every=1",
         "train.ckpt_every=3",
         "train.progress=false",
     ]
-    if recipe.startswith("vilt"):
-        common += [
-            "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, embed_dim: 32, "
-            "depth: 0, num_heads: 2}",
-            "model.fusion.transformer.layers=2",
-            "model.fusion.transformer.heads=2",
-        ]
-    else:
-        common += ["model.fusion.transformer.heads=2"]
-    return common
+    image = model.get("encoders", {}).get("image")
+    if image:
+        over += ["data.image_size=32", "model.encoders.image.image_size=32"]
+        if image.get("model_name", "").startswith("vit"):
+            over.append(
+                "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, "
+                "embed_dim: 32, depth: 0, num_heads: 2}"
+            )
+    return over

@@ -77,6 +77,8 @@ class DataConfig:
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     #: pairs joined into one sequence restart positions at the second sentence (XLM TLM)
     restart_positions: bool = True
+    #: named evaluation sets (e.g. one per language): name → shard spec
+    eval: dict[str, str] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,13 +280,17 @@ class ShardStream(IterableDataset):
         rng = random.Random(f"{seed}/{epoch}/{part}/shuffle")
         return shuffle_buffer(samples, c.shuffle_buffer if c.shuffle else 1, rng)
 
-    def _groups(self, worker: int, n_workers: int, handler: SkipCounter) -> Iterator[list]:
-        """Lists of decoded samples, one per batch."""
+    def _groups(
+        self, worker: int, n_workers: int, handler: SkipCounter
+    ) -> Iterator[tuple[str, list]]:
+        """(source name, decoded samples) per batch."""
         c = self.cfg
         if len(c.sources) == 1:
             decoder = replace(c.decoder, epoch=self.epoch)
             samples = self._samples(c.sources[0], self.epoch, worker, n_workers, handler)
-            yield from batched(decode_samples(samples, decoder, handler), c.batch_size, c.drop_last)
+            decoded = decode_samples(samples, decoder, handler)
+            for group in batched(decoded, c.batch_size, c.drop_last):
+                yield c.sources[0].name, group
             return
 
         def endless(src: SubSource) -> Iterator[Sample]:
@@ -301,7 +307,7 @@ class ShardStream(IterableDataset):
             group = list(itertools.islice(streams[i], c.batch_size))
             if len(group) < c.batch_size:
                 raise RuntimeError(f"source {c.sources[i].name!r} gives no samples to this reader")
-            yield group
+            yield c.sources[i].name, group
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
@@ -311,10 +317,11 @@ class ShardStream(IterableDataset):
         c = self.cfg
         handler = SkipCounter()
         skip = self.skip[worker] if worker < len(self.skip) else 0
-        for index, group in enumerate(self._groups(worker, n_workers, handler)):
+        for index, (source, group) in enumerate(self._groups(worker, n_workers, handler)):
             if index < skip:
                 continue
             batch = c.collate(group)
+            batch["__source__"] = source
             g = batch_generator(c.seed, self.epoch, c.rank, worker, index)
             for transform in c.transforms:
                 batch = transform(batch, g)

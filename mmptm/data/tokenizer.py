@@ -3,6 +3,7 @@
 ``train_tokenizer`` builds a sentencepiece model from plain text files and webdataset tar
 shards; ``Tokenizer`` wraps any sentencepiece ``.model`` file with the special tokens the
 pre-training objectives need ([PAD], [UNK], [CLS], [SEP], [MASK] and one tag per language).
+With ``id_scheme="fairseq"`` it reproduces the ids of XLM-R checkpoints (see ``Tokenizer``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import sentencepiece as spm
 
-__all__ = ["SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
+__all__ = ["ID_SCHEMES", "SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,11 @@ _FALLBACK_PIECES = {
     "sep": ("</s>",),
     "mask": ("<mask>",),
 }
+# fairseq's dictionary (XLM-R, RoBERTa): these four come first, then sentencepiece id + 1.
+_FAIRSEQ_ROLES = {"cls": ("<s>", 0), "pad": ("<pad>", 1), "sep": ("</s>", 2), "unk": ("<unk>", 3)}
+_FAIRSEQ_OFFSET = 1
+#: ``sentencepiece``: the model's own ids; ``fairseq``: XLM-R / HF ``XLMRobertaTokenizer`` ids
+ID_SCHEMES = ("sentencepiece", "fairseq")
 _LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _TAG_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_-]*)\]")
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -65,9 +71,17 @@ def _check_languages(languages: Iterable[str]) -> list[str]:
 class Tokenizer:
     """Sentencepiece tokenizer with the specials and language tags the objectives need.
 
-    Usually built with ``Tokenizer.load(path)`` or returned by ``train_tokenizer``. Ids are
-    those of the sentencepiece model shifted by ``_id_offset`` (always 0 for now; the hook for
-    fairseq-style XLM-R ids), except that specials the model lacks get new ids.
+    Usually built with ``Tokenizer.load(path)`` or returned by ``train_tokenizer``. With the
+    default ``id_scheme="sentencepiece"`` ids are those of the sentencepiece model, except that
+    specials the model lacks get new ids.
+
+    ``id_scheme="fairseq"`` gives the ids of XLM-R checkpoints (fairseq's dictionary, as HF's
+    ``XLMRobertaTokenizer``): ``<s>``=0 (CLS), ``<pad>``=1, ``</s>``=2 (SEP), ``<unk>``=3, every
+    other piece its sentencepiece id + 1, and ``<mask>`` appended last (sentencepiece size + 1).
+    The model's own first three pieces (``<unk>``, ``<s>``, ``</s>``) are never produced under
+    their shifted ids. ``Tokenizer.from_xlmr(path)`` loads an XLM-R ``sentencepiece.bpe.model``
+    this way; ``save`` records the scheme in the sidecar json (``"id_scheme": "fairseq"``) so
+    that ``Tokenizer.load`` (and hence ``data.tokenizer``) restores it.
 
     Specials are resolved per role, first hit wins:
 
@@ -82,6 +96,8 @@ class Tokenizer:
     ``encode`` never produces a special either: our specials are sentencepiece control
     symbols, which are not matched in text, so a literal "[MASK]" is split into ordinary
     pieces. (UNK is the exception only for characters outside the model's alphabet.)
+    The role-resolution rules above apply to the sentencepiece scheme only; the fairseq
+    scheme's specials are fixed and take no ``specials`` overrides.
     """
 
     def __init__(
@@ -90,8 +106,12 @@ class Tokenizer:
         *,
         languages: Sequence[str] | None = None,
         specials: Mapping[str, str] | None = None,
+        id_scheme: str = "sentencepiece",
     ) -> None:
         """Wrap a serialized sentencepiece model; ``specials`` maps role -> piece overrides."""
+        if id_scheme not in ID_SCHEMES:
+            raise ValueError(f"unknown id_scheme {id_scheme!r}; known: {ID_SCHEMES}")
+        self._id_scheme = id_scheme
         self._proto = bytes(model_proto)
         self._sp = spm.SentencePieceProcessor()
         self._sp.LoadFromSerializedProto(self._proto)
@@ -104,13 +124,15 @@ class Tokenizer:
             languages = self._languages_from_model()
         self._languages = _check_languages(languages)
 
-        # Shift applied to every sentencepiece id. 0 here; the place to map models whose ids
-        # were offset at export (fairseq / XLM-R) together with ``specials`` overrides.
-        self._id_offset = 0
+        # Shift applied to every sentencepiece id: fairseq put its own four specials first.
+        self._id_offset = _FAIRSEQ_OFFSET if id_scheme == "fairseq" else 0
         self._appended: list[str] = []
         self._role_ids: dict[str, int] = {}
-        for role, ours in zip(ROLES, SPECIALS):
-            self._role_ids[role] = self._resolve(role, ours, sp_size)
+        if id_scheme == "fairseq":
+            self._init_fairseq_roles(sp_size)
+        else:
+            for role, ours in zip(ROLES, SPECIALS):
+                self._role_ids[role] = self._resolve(role, ours, sp_size)
         self._lang_ids = [self._piece_id(lang_tag(lang), sp_size) for lang in self._languages]
 
         controls = {
@@ -125,7 +147,24 @@ class Tokenizer:
 
     # -- construction helpers -------------------------------------------------------------
 
+    def _init_fairseq_roles(self, sp_size: int) -> None:
+        if self._specials_given:
+            raise ValueError("id_scheme='fairseq' has fixed specials; 'specials' must be empty")
+        # Shifted by one, pieces 0..2 would land on <pad>/</s>/<unk>: only XLM-R's layout
+        # (unk, bos, eos: no text pieces there) keeps every text piece distinct.
+        for sp_id in range(min(3, sp_size)):
+            if not (self._sp.is_control(sp_id) or self._sp.is_unknown(sp_id)):
+                raise ValueError(
+                    f"id_scheme='fairseq' needs an XLM-R style sentencepiece model (pieces 0-2 "
+                    f"<unk>, <s>, </s>); piece {sp_id} is the text piece "
+                    f"{self._sp.id_to_piece(sp_id)!r}"
+                )
+        self._role_ids = {role: fid for role, (_, fid) in _FAIRSEQ_ROLES.items()}
+        self._role_ids["mask"] = self._append("<mask>", sp_size)
+
     def _from_sp(self, sp_id: int) -> int:
+        if self._id_scheme == "fairseq" and self._sp.is_unknown(sp_id):
+            return self._role_ids["unk"]  # as HF: the model's own <unk> is fairseq's 3
         return sp_id + self._id_offset
 
     def _to_sp(self, tok_id: int) -> int:
@@ -187,6 +226,7 @@ class Tokenizer:
             raise FileNotFoundError(f"sentencepiece model not found: {path}")
         languages: list[str] | None = None
         specials: dict[str, str] | None = None
+        id_scheme = "sentencepiece"
         sidecar = path.with_suffix(".json")
         if sidecar.is_file():
             meta = json.loads(sidecar.read_text(encoding="utf-8"))
@@ -198,7 +238,48 @@ class Tokenizer:
                 raise ValueError(f"{sidecar}: 'languages' must be a list")
             if specials is not None and not isinstance(specials, dict):
                 raise ValueError(f"{sidecar}: 'specials' must be an object role -> piece")
-        return cls(path.read_bytes(), languages=languages, specials=specials)
+            id_scheme = meta.get("id_scheme", id_scheme)
+            if id_scheme not in ID_SCHEMES:
+                raise ValueError(f"{sidecar}: 'id_scheme' must be one of {ID_SCHEMES}")
+        return cls(path.read_bytes(), languages=languages, specials=specials, id_scheme=id_scheme)
+
+    @classmethod
+    def from_xlmr(cls, path: str | Path) -> Tokenizer:
+        """XLM-R's tokenizer in the fairseq id scheme, from its ``sentencepiece.bpe.model``.
+
+        ``path`` is the model file or a (HF-format) directory holding one; any sidecar json
+        is ignored. Ids then equal those of HF's ``XLMRobertaTokenizer``.
+        """
+        path = Path(path)
+        if path.is_dir():
+            path = path / "sentencepiece.bpe.model"
+        if not path.is_file():
+            raise FileNotFoundError(f"XLM-R sentencepiece model not found: {path}")
+        return cls(path.read_bytes(), languages=[], id_scheme="fairseq")
+
+    @property
+    def id_scheme(self) -> str:
+        """How ids relate to sentencepiece ids: ``sentencepiece`` or ``fairseq``."""
+        return self._id_scheme
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``<path>.model`` and its sidecar ``.json`` so ``load`` gives this tokenizer.
+
+        ``path`` may end in ``.model``; returns the ``.model`` path.
+        """
+        path = Path(path)
+        if path.suffix != ".model":
+            path = Path(f"{path}.model")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self._proto)
+        sidecar: dict[str, Any] = {"languages": list(self._languages)}
+        if self._specials_given:
+            sidecar["specials"] = dict(self._specials_given)
+        sidecar["id_scheme"] = self._id_scheme
+        path.with_suffix(".json").write_text(
+            json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        return path
 
     def __getstate__(self) -> dict[str, Any]:
         # The proto bytes, not the path: workers may not see the same filesystem.
@@ -206,17 +287,21 @@ class Tokenizer:
             "model_proto": self._proto,
             "languages": list(self._languages),
             "specials": dict(self._specials_given),
+            "id_scheme": self._id_scheme,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            state["model_proto"], languages=state["languages"], specials=state["specials"]
+            state["model_proto"],
+            languages=state["languages"],
+            specials=state["specials"],
+            id_scheme=state.get("id_scheme", "sentencepiece"),
         )
 
     def __repr__(self) -> str:
         return (
             f"Tokenizer(vocab_size={self.vocab_size}, languages={self._languages}, "
-            f"appended={self._appended})"
+            f"appended={self._appended}, id_scheme={self._id_scheme!r})"
         )
 
     # -- ids ------------------------------------------------------------------------------
@@ -284,6 +369,10 @@ class Tokenizer:
         sp_size = self._sp.get_piece_size()
         if not 0 <= tok_id < self.vocab_size:
             raise ValueError(f"id {tok_id} outside vocabulary of size {self.vocab_size}")
+        if self._id_scheme == "fairseq":
+            for piece, fid in _FAIRSEQ_ROLES.values():
+                if tok_id == fid:
+                    return piece
         sp_id = self._to_sp(tok_id)
         if sp_id >= sp_size:
             return self._appended[sp_id - sp_size]

@@ -1,10 +1,21 @@
 """toyworld: the embedded default data set, generated from a seed instead of downloaded.
 
 A *scene* is a handful of coloured shapes on a light background. The pipeline is kept in
-separate stages so later views (VQA, NLI, detector features, video, sound, knowledge graph)
-can be added without touching the others::
+separate stages so later views (VQA, detector features, video, sound, knowledge graph) can be
+added without touching the others::
 
     sample_scene (layout) -> render (pixels) -> describe (captions) -> VIEWS (shard writers)
+
+Views, each written for every split and requested language:
+
+- ``image_text``: img2dataset-style ``jpg`` + ``txt`` + ``json`` (annotations, all captions)
+- ``parallel``: one sample per scene and language pair, ``json`` = {languages, texts}
+- ``mono``: monolingual text, one shard set per language: ``mono/{split}-{lang}-%06d.tar``
+- ``nli``: premise (caption of the first k objects) / hypothesis (one claim about an object)
+  pairs labelled entailment, neutral or contradiction, translations sharing a pair id.
+  Written as the real corpora ship (XNLI 1.0 TSV; MultiNLI and XNLI-MT translate-train
+  TSVs for train), then converted to ``nli/{split}-{lang}-%06d.tar`` by
+  :func:`mmptm.data.converters.convert_xnli`.
 
 Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
 depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
@@ -13,11 +24,14 @@ same arguments give byte-identical shards.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import json
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +39,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
 from mmptm.data.shards import ShardWriter
 
 __all__ = [
@@ -33,13 +48,18 @@ __all__ = [
     "LANGUAGES",
     "LEXICON",
     "LOCATIONS",
+    "NLI_LABELS",
+    "OPPOSITE",
     "RELATIONS",
     "SHAPES",
     "SIZES",
     "SPLITS",
     "VIEWS",
+    "Claim",
+    "NliPair",
     "Obj",
     "Scene",
+    "ViewOutput",
     "ViewSettings",
     "captions",
     "describe",
@@ -47,16 +67,20 @@ __all__ = [
     "generate",
     "lexicon_forms",
     "location",
+    "nli_pairs",
+    "nli_text",
     "object_box",
     "relation",
     "relations",
     "render",
     "sample_scene",
     "scene_record",
+    "state",
 ]
 
 # Bump whenever the same arguments would produce different bytes.
-GENERATOR_VERSION = 1
+# 2: views mono and nli (image_text, parallel and text/ unchanged since 1).
+GENERATOR_VERSION = 2
 
 SPLITS = {"train": 0, "val": 1, "test": 2}
 SHAPES = ("circle", "square", "triangle", "diamond", "star")
@@ -147,6 +171,15 @@ _RU_ENDINGS = {  # m.nom m.gen m.ins f.nom f.gen f.ins
 }
 
 
+def _de_weak(stem: str) -> dict[str, str]:
+    """German weak declension (after "der"), nominative and dative: the same for all genders."""
+    return {"nom": stem + "e", "dat": stem + "en"}
+
+
+_DE_COLORS = {"red": "rot", "green": "grün", "blue": "blau", "yellow": "gelb",
+              "purple": "violett", "orange": "orangefarben"}  # fmt: skip
+
+
 def _ru_adj(stem: str, paradigm: str) -> dict[str, str]:
     """Russian adjective forms for the cases the grammar uses."""
     keys = ("m.nom", "m.gen", "m.ins", "f.nom", "f.gen", "f.ins")
@@ -178,14 +211,14 @@ LEXICON: dict[str, dict[str, Any]] = {
             "bottom_left": "in the bottom left corner", "bottom": "at the bottom centre",
             "bottom_right": "in the bottom right corner",
         },
+        # NLI hypotheses: definite noun phrases ("the red circle": unique in a scene)
+        "definite": {"article": "the", "np": "{art} {color} {noun}", "size": "{a} is {size}"},
     },
     "de": {
         "nouns": {"circle": ("m", "Kreis"), "square": ("n", "Quadrat"),
                   "triangle": ("n", "Dreieck"), "diamond": ("f", "Raute"),
                   "star": ("m", "Stern")},
-        "colors": {"red": _de_adj("rot"), "green": _de_adj("grün"), "blue": _de_adj("blau"),
-                   "yellow": _de_adj("gelb"), "purple": _de_adj("violett"),
-                   "orange": _de_adj("orangefarben")},
+        "colors": {c: _de_adj(stem) for c, stem in _DE_COLORS.items()},
         "sizes": {"small": _de_adj("klein"), "large": _de_adj("groß")},
         "article": {"m.nom": "ein", "f.nom": "eine", "n.nom": "ein",
                     "m.dat": "einem", "f.dat": "einer", "n.dat": "einem"},
@@ -204,6 +237,13 @@ LEXICON: dict[str, dict[str, Any]] = {
             "bottom_left": "in der unteren linken Ecke", "bottom": "unten in der Mitte",
             "bottom_right": "in der unteren rechten Ecke",
         },
+        "definite": {"article": {"m.nom": "der", "f.nom": "die", "n.nom": "das",
+                                 "m.dat": "dem", "f.dat": "der", "n.dat": "dem"},
+                     "colors": {c: _de_weak(stem) for c, stem in _DE_COLORS.items()},
+                     "np": "{art} {color} {noun}",
+                     "sizes": {"small": "klein", "large": "groß"},  # predicative: uninflected
+                     "size": "{a} ist {size}",
+                     "contract": ((r"\bvon dem\b", "vom"),)},
     },
     "fr": {
         "nouns": {"circle": ("m", "cercle"), "square": ("m", "carré"),
@@ -229,6 +269,9 @@ LEXICON: dict[str, dict[str, Any]] = {
             "bottom_left": "dans le coin inférieur gauche", "bottom": "en bas au centre",
             "bottom_right": "dans le coin inférieur droit",
         },
+        "definite": {"article": {"m.nom": "le", "f.nom": "la", "m.de": "du", "f.de": "de la"},
+                     "np": "{art} {noun} {color}", "size": "{a} est {size}",
+                     "contract": ((r"\b([Ll])[ea] (?=[aeiouéèêâîôû])", r"\1'"),)},  # l'étoile
     },
     "ru": {
         "nouns": {"circle": ("m", _ru_noun("круг", "круга", "кругом")),
@@ -255,6 +298,7 @@ LEXICON: dict[str, dict[str, Any]] = {
             "bottom_left": "в левом нижнем углу", "bottom": "внизу по центру",
             "bottom_right": "в правом нижнем углу",
         },
+        "definite": {"article": "", "np": "{art} {color} {noun}", "size": "{a} {size}"},
     },
     "es": {
         "nouns": {"circle": ("m", "círculo"), "square": ("m", "cuadrado"),
@@ -280,6 +324,8 @@ LEXICON: dict[str, dict[str, Any]] = {
             "bottom_left": "en la esquina inferior izquierda", "bottom": "abajo en el centro",
             "bottom_right": "en la esquina inferior derecha",
         },
+        "definite": {"article": {"m": "el", "f": "la"}, "np": "{art} {noun} {color}",
+                     "size": "{a} es {size}", "contract": ((r"\bde el\b", "del"),)},
     },
 }
 # fmt: on
@@ -509,7 +555,115 @@ def scene_record(scene: Scene, image_size: int, languages: Sequence[str]) -> dic
 
 
 # ---------------------------------------------------------------------------------------------
-# Views: each turns the scenes of one split into samples for a ShardWriter.
+# NLI: a premise describes the first k objects (left to right); a hypothesis is one claim.
+
+NLI_LABELS = ("entailment", "neutral", "contradiction")
+OPPOSITE = {"left_of": "right_of", "right_of": "left_of", "above": "below", "below": "above"}
+_NLI_STREAM = 2  # extra entropy word: NLI choices never shift the layout or render streams
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A hypothesis's content: ``subject`` has ``size``, or stands in ``relation`` to ``object``.
+
+    Subjects and objects are indices into ``scene.objects``.
+    """
+
+    subject: int
+    size: str | None = None
+    relation: str | None = None
+    object: int | None = None
+
+
+@dataclass(frozen=True)
+class NliPair:
+    """One language-independent NLI pair: the premise mentions ``scene.objects[:k]``."""
+
+    pair_id: str
+    k: int
+    claim: Claim
+    label: str
+
+
+def _claim(rng: np.random.Generator, objs: Sequence[Obj], k: int, label: str) -> Claim:
+    if label == "neutral":  # about an object the premise does not mention
+        j = int(rng.integers(k, len(objs)))
+        if rng.random() < 0.5:
+            return Claim(j, size=str(rng.choice(list(SIZES))))
+        m = int(rng.integers(0, k))
+        a, b = (j, m) if rng.random() < 0.5 else (m, j)
+        rel = relation(objs[a], objs[b])  # true or false in the scene: the premise can't tell
+        return Claim(a, relation=OPPOSITE[rel] if rng.random() < 0.5 else rel, object=b)
+    true = label == "entailment"
+    stated = [(i, relation(objs[i], objs[i + 1]), i + 1) for i in range(k - 1)]
+    if not stated or rng.random() < 0.5:
+        i = int(rng.integers(0, k))
+        size = objs[i].size if true else next(s for s in SIZES if s != objs[i].size)
+        return Claim(i, size=size)
+    i, rel, j = stated[int(rng.integers(len(stated)))]
+    if rng.random() < 0.5:  # the converse states the same fact: "B is right of A"
+        i, rel, j = j, OPPOSITE[rel], i
+    # only the opposite contradicts: "A left of B" and "A above B" can both hold on a diagonal
+    return Claim(i, relation=rel if true else OPPOSITE[rel], object=j)
+
+
+def nli_pairs(scene: Scene) -> list[NliPair]:
+    """The scene's NLI pairs: 1-3 distinct labels; entailment or contradiction for a lone object.
+
+    A premise of the first k < n objects always leaves one for a neutral hypothesis. Label
+    order is shuffled so that a pair id says nothing about its label.
+    """
+    rng = np.random.default_rng([*scene.entropy, _NLI_STREAM])
+    n = len(scene.objects)
+    if n == 1:
+        k, labels = 1, [NLI_LABELS[0] if rng.random() < 0.5 else NLI_LABELS[2]]
+    else:  # a random 1 to 3 of the labels: each is equally likely
+        k, m = int(rng.integers(1, n)), int(rng.integers(1, 4))
+        labels = [NLI_LABELS[i] for i in rng.permutation(3)[:m]]
+    return [
+        NliPair(f"{scene.key}_{i}", k, _claim(rng, scene.objects, k, label), label)
+        for i, label in enumerate(labels)
+    ]
+
+
+def _definite(lex: dict[str, Any], obj: Obj, case: str) -> str:
+    d = lex["definite"]
+    gender, noun = lex["nouns"][obj.shape]
+    text = d["np"].format(
+        art=_inflect(d["article"], gender, case),
+        color=_inflect(d.get("colors", lex["colors"])[obj.color], gender, case),
+        noun=_inflect(noun, gender, case),
+    )
+    return " ".join(text.split())
+
+
+def state(scene: Scene, claim: Claim, lang: str) -> str:
+    """The claim as a sentence in one language: "The red circle is large."."""
+    lex = LEXICON[lang]
+    objs = scene.objects
+    a = _definite(lex, objs[claim.subject], "nom")
+    if claim.size is not None:
+        gender = lex["nouns"][objs[claim.subject].shape][0]
+        size = _inflect(lex["definite"].get("sizes", lex["sizes"])[claim.size], gender, "nom")
+        text = lex["definite"]["size"].format(a=a, size=size)
+    else:
+        assert claim.relation is not None and claim.object is not None
+        phrase, case = lex["relations"][claim.relation]
+        b = _definite(lex, objs[claim.object], case)
+        text = lex["main"].format(a=a, rel=phrase, b=b)
+    for pattern, repl in lex["definite"].get("contract", ()):
+        text = re.sub(pattern, repl, text)
+    return text[0].upper() + text[1:] + "."
+
+
+def nli_text(scene: Scene, pair: NliPair, lang: str) -> tuple[str, str]:
+    """(premise, hypothesis) of a pair in one language."""
+    premise = describe(dataclasses.replace(scene, objects=scene.objects[: pair.k]), lang)
+    return premise, state(scene, pair.claim, lang)
+
+
+# ---------------------------------------------------------------------------------------------
+# Views: each turns the scenes of one split into samples, through a ViewOutput.
 
 
 @dataclass(frozen=True)
@@ -520,34 +674,120 @@ class ViewSettings:
     image_size: int
 
 
-def write_image_text(scenes: Sequence[Scene], writer: ShardWriter, cfg: ViewSettings) -> None:
+class ViewOutput:
+    """Where one view writes one split: shard sets under ``root``, plain or one per language."""
+
+    def __init__(self, root: Path, split: str, shard_size: int) -> None:
+        self.root, self.split, self.shard_size = root, split, shard_size
+        self.shards: dict[str | None, list[str]] = {}
+        self.samples: dict[str | None, int] = {}
+
+    @contextmanager
+    def writer(self, language: str | None = None) -> Iterator[ShardWriter]:
+        """A writer of ``{split}-%06d.tar``, or ``{split}-{language}-%06d.tar``."""
+        name = self.split if language is None else f"{self.split}-{language}"
+        with ShardWriter(self.root / f"{name}-%06d.tar", self.shard_size) as writer:
+            yield writer
+        self.add(language, writer.shards, writer.count)
+
+    def add(self, language: str | None, shards: Sequence[str], count: int) -> None:
+        """Record a shard set written by someone else (a converter)."""
+        self.shards[language] = [os.fspath(p) for p in shards]
+        self.samples[language] = count
+
+
+def write_image_text(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
     """img2dataset-style samples: ``jpg``, ``txt`` (primary caption), ``json`` (annotations)."""
     primary = "en" if "en" in cfg.languages else cfg.languages[0]
-    for scene in scenes:
-        record = scene_record(scene, cfg.image_size, cfg.languages)
-        jpg = encode_jpeg(render(scene, cfg.image_size))
-        writer.write(
-            {"__key__": scene.key, "jpg": jpg, "txt": record["captions"][primary], "json": record}
-        )
+    with out.writer() as writer:
+        for scene in scenes:
+            record = scene_record(scene, cfg.image_size, cfg.languages)
+            jpg = encode_jpeg(render(scene, cfg.image_size))
+            txt = record["captions"][primary]
+            writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record})
 
 
-def write_parallel(scenes: Sequence[Scene], writer: ShardWriter, cfg: ViewSettings) -> None:
+def write_parallel(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
     """One sample per scene and unordered language pair: the scene's two captions."""
     pairs = list(itertools.combinations(cfg.languages, 2))
-    for scene in scenes:
-        caps = captions(scene, cfg.languages)
-        for a, b in pairs:
-            writer.write(
-                {
-                    "__key__": f"{scene.key}_{a}_{b}",
-                    "json": {"scene": scene.key, "languages": [a, b], "texts": [caps[a], caps[b]]},
-                }
-            )
+    with out.writer() as writer:
+        for scene in scenes:
+            caps = captions(scene, cfg.languages)
+            for a, b in pairs:
+                writer.write(
+                    {
+                        "__key__": f"{scene.key}_{a}_{b}",
+                        "json": {
+                            "scene": scene.key,
+                            "languages": [a, b],
+                            "texts": [caps[a], caps[b]],
+                        },
+                    }
+                )
 
 
-VIEWS: dict[str, Callable[[Sequence[Scene], ShardWriter, ViewSettings], None]] = {
+def write_mono(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """Monolingual text, one shard set per language (so sources can be sampled by size)."""
+    for lang in cfg.languages:
+        with out.writer(lang) as writer:
+            for scene in scenes:
+                meta = {"language": lang}
+                writer.write(
+                    {"__key__": f"{scene.key}_{lang}", "txt": describe(scene, lang), "json": meta}
+                )
+
+
+_MNLI_COLUMNS = XNLI_COLUMNS[1:]
+
+
+def _tsv_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "".join("\t".join(r) + "\n" for r in [header, *rows])
+
+
+def write_nli(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """NLI pairs in every language, as the corpora ship them, then shards via ``convert_xnli``.
+
+    Writes ``xnli.{split}.tsv`` (XNLI 1.0 layout, all languages); for train also
+    ``multinli_1.0_train.txt`` (MultiNLI layout, English) and ``multinli.train.{lang}.tsv``
+    (XNLI-MT translate-train layout). Shards: ``{split}-{lang}-%06d.tar``.
+    """
+    pairs = [(scene, pair) for scene in scenes for pair in nli_pairs(scene)]
+    texts = {lang: [nli_text(scene, pair, lang) for scene, pair in pairs] for lang in cfg.languages}
+    xnli = [
+        [lang, p.label, "", "", "", "", premise, hypo, s.key, p.pair_id, "toyworld", *[p.label] * 5]
+        for lang in cfg.languages
+        for (s, p), (premise, hypo) in zip(pairs, texts[lang])
+    ]
+    tsv = out.root / f"xnli.{out.split}.tsv"
+    _write_atomic(tsv, _tsv_text(XNLI_COLUMNS, xnli))
+    if out.split == "train":
+        mnli = [row[1:] for row in xnli if row[0] == "en"]
+        path = out.root / "multinli_1.0_train.txt"
+        if "en" in cfg.languages:
+            _write_atomic(path, _tsv_text(_MNLI_COLUMNS, mnli))
+        elif path.exists():
+            path.unlink()
+        for old in out.root.glob("multinli.train.*.tsv"):
+            if old.name.split(".")[2] not in cfg.languages:
+                old.unlink()
+        for lang in cfg.languages:
+            rows = [
+                [premise, hypo, "contradictory" if p.label == "contradiction" else p.label]
+                for (_, p), (premise, hypo) in zip(pairs, texts[lang])
+            ]
+            path = out.root / f"multinli.train.{lang}.tsv"
+            _write_atomic(path, _tsv_text(("premise", "hypo", "label"), rows))
+    stats = convert_xnli(tsv, out.root, split=out.split, shard_size=out.shard_size)
+    for lang in cfg.languages:
+        got = stats["languages"].get(lang, {"shards": [], "written": 0})
+        out.add(lang, got["shards"], got["written"])
+
+
+VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], None]] = {
     "image_text": write_image_text,
     "parallel": write_parallel,
+    "mono": write_mono,
+    "nli": write_nli,
 }
 
 
@@ -594,9 +834,12 @@ def generate(
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
-    Layout: ``{view}/{split}-{shard:06d}.tar`` for each view in :data:`VIEWS`,
-    ``text/{lang}.txt`` (train captions, one per line) and ``manifest.json`` (written last, so
-    its presence means the data set is complete).
+    Layout: ``{view}/{split}-{shard:06d}.tar`` for ``image_text`` and ``parallel``,
+    ``{view}/{split}-{lang}-{shard:06d}.tar`` for ``mono`` and ``nli`` (listed per language
+    under the manifest's ``by_language``), the NLI TSVs ``nli/xnli.{split}.tsv``,
+    ``nli/multinli_1.0_train.txt`` and ``nli/multinli.train.{lang}.tsv``, ``text/{lang}.txt``
+    (train captions, one per line) and ``manifest.json`` (written last, so its presence means
+    the data set is complete).
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)
@@ -605,18 +848,30 @@ def generate(
     cfg = ViewSettings(languages=languages, image_size=image_size)
     shards: dict[str, dict[str, list[str]]] = {view: {} for view in VIEWS}
     samples: dict[str, dict[str, int]] = {view: {} for view in VIEWS}
+    by_language: dict[str, dict[str, dict[str, Any]]] = {}
     for split, n in counts.items():
         scenes = [sample_scene(seed, split, i) for i in range(n)]
         for view, write in VIEWS.items():
-            with ShardWriter(out / view / f"{split}-%06d.tar", shard_size) as writer:
-                write(scenes, writer, cfg)
-            written = [Path(p) for p in writer.shards]
-            # a previous, larger run may have left more shards; globbing readers would mix them
-            for old in (out / view).glob(f"{split}-[0-9][0-9][0-9][0-9][0-9][0-9].tar"):
-                if old not in written:
+            view_out = ViewOutput(out / view, split, shard_size)
+            write(scenes, view_out, cfg)
+            written = {Path(p) for paths in view_out.shards.values() for p in paths}
+            # a previous, larger run may have left more shards (or other languages); globbing
+            # readers would mix them in
+            ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
+            for old in (out / view).glob(f"{split}-*.tar"):
+                if ours.fullmatch(old.name) and old not in written:
                     old.unlink()
-            shards[view][split] = [p.relative_to(out).as_posix() for p in written]
-            samples[view][split] = writer.count
+
+            def rel(paths: list[str]) -> list[str]:
+                return [Path(p).relative_to(out).as_posix() for p in paths]
+
+            shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
+            samples[view][split] = sum(view_out.samples.values())
+            if None not in view_out.shards:
+                by_language.setdefault(view, {})[split] = {
+                    lang: {"shards": rel(view_out.shards[lang]), "samples": view_out.samples[lang]}
+                    for lang in view_out.shards
+                }
         if split == "train":
             for lang in languages:
                 lines = "".join(describe(s, lang) + "\n" for s in scenes)
@@ -631,13 +886,20 @@ def generate(
         "counts": counts,
         "samples": samples,
         "shards": shards,
+        "by_language": by_language,
         "text": {lang: f"text/{lang}.txt" for lang in languages},
+        "nli": {
+            "xnli": {split: f"nli/xnli.{split}.tsv" for split in counts},
+            "multinli": "nli/multinli_1.0_train.txt" if "en" in languages else None,
+            "translate_train": {lang: f"nli/multinli.train.{lang}.tsv" for lang in languages},
+        },
         "labels": {
             "shapes": list(SHAPES),
             "colors": list(COLORS),
             "sizes": list(SIZES),
             "relations": list(RELATIONS),
             "locations": list(LOCATIONS),
+            "nli": list(NLI_LABELS),
         },
     }
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

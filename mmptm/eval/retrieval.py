@@ -13,29 +13,13 @@ from typing import Any
 
 import torch
 
-from mmptm.config import apply_overrides, from_dict
 from mmptm.data.pipeline import move_to, single_pass, stream_config
-from mmptm.data.tokenizer import Tokenizer
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import RunConfig
-from mmptm.train.trainer import build_model, modality_kinds
+from mmptm.train.trainer import load_pretrained, modality_kinds
 
 KS = (1, 5, 10)
-
-
-def load_pretrained(
-    path: str, overrides: Sequence[str] = ()
-) -> tuple[PretrainModel, Tokenizer, RunConfig]:
-    """Model, tokenizer and config of a checkpoint file or run directory (its latest one)."""
-    ckpt_path = ckpt.resolve_checkpoint(path)
-    state = ckpt.load(ckpt_path)
-    cfg = from_dict(RunConfig, apply_overrides(state["config"], overrides))
-    model, tokenizer = build_model(cfg)
-    model.load_state_dict(state["model"])
-    return model.eval(), tokenizer, cfg
 
 
 def recall_at_k(sim_IT: torch.Tensor, ks: Iterable[int] = KS) -> dict[str, float]:

@@ -29,11 +29,16 @@ class DualFusion(nn.Module):
         layers: dict[str, int] = field(default_factory=dict)
         #: per-modality pooling (first | mean); default mean
         pooling: dict[str, str] = field(default_factory=dict)
+        #: views sharing one tower, e.g. {text2: text} (two languages, one encoder)
+        tie_towers: dict[str, str] = field(default_factory=dict)
 
     def __init__(self, cfg: Config, *, width: int, modalities: list[str], **_: object) -> None:
         super().__init__()
         self.cfg = cfg
-        unknown = set(cfg.layers) - set(modalities) | set(cfg.pooling) - set(modalities)
+        named = (
+            set(cfg.layers) | set(cfg.pooling) | set(cfg.tie_towers) | set(cfg.tie_towers.values())
+        )
+        unknown = named - set(modalities)
         if unknown:
             raise ValueError(
                 f"dual fusion names modalities {sorted(unknown)} that have no encoder; "
@@ -46,14 +51,16 @@ class DualFusion(nn.Module):
                     replace(cfg.transformer, layers=cfg.layers.get(m, cfg.transformer.layers)),
                 )
                 for m in modalities
+                if m not in cfg.tie_towers
             }
         )
         init_weights(self)
+        self.tower_of = {m: cfg.tie_towers.get(m, m) for m in modalities}
 
     def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
         hidden, mask, pooled = {}, {}, {}
         for m, t in tokens.items():
-            hidden[m] = self.towers[m](t.tokens, t.mask)
+            hidden[m] = self.towers[self.tower_of[m]](t.tokens, t.mask)
             mask[m] = t.mask
             pooled[m] = pool(hidden[m], mask[m], self.cfg.pooling.get(m, "mean"))
         return FusionOutput(hidden, mask, pooled)

@@ -102,6 +102,8 @@ class MaskedLM(Objective):
         mask_prob: float = 0.15
         replace_with_mask: float = 0.8
         replace_with_random: float = 0.1
+        #: eps of the head's LayerNorm (BERT/XLM-R set it from their config)
+        layer_norm_eps: float = 1e-12
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskTokens:
@@ -131,7 +133,9 @@ class MaskedLM(Objective):
         # A list keeps the shared embedding out of this module's state dict (it is tied).
         self._word = [encoders[cfg.modality].word]
         vocab_size = self._word[0].num_embeddings
-        self.transform = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width))
+        self.transform = nn.Sequential(
+            nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        )
         self.bias = nn.Parameter(torch.zeros(vocab_size))
         self.prefix = text_key_prefix(cfg.modality)
         init_weights(self.transform)

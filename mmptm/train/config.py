@@ -50,6 +50,11 @@ class RunConfig:
     seed: int = 0
     #: true = continue from the latest checkpoint in output_dir; a path = that checkpoint
     resume: bool | str = False
+    #: start from this checkpoint (file or run directory): its encoders, fusion and tokenizer
+    #: replace this recipe's; the objectives (task heads) stay this recipe's
+    init: str = ""
+    #: weights = load them; architecture = the same shapes with fresh weights (baselines)
+    init_mode: Literal["weights", "architecture"] = "weights"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -14,7 +14,8 @@ import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from mmptm.config import save_config, to_dict
+from mmptm.config import apply_overrides, from_dict, save_config, to_dict
 from mmptm.data.pipeline import DataState, Loader, move_to, stream_config
 from mmptm.data.tokenizer import Tokenizer
 from mmptm.encoders.base import VocabInfo
@@ -85,10 +86,50 @@ def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
     return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
 
 
+def apply_init(cfg: RunConfig) -> dict[str, Any] | None:
+    """Take the architecture (and tokenizer, if unset) of ``cfg.init``; return its state."""
+    if not cfg.init:
+        return None
+    state = ckpt.load(ckpt.resolve_checkpoint(cfg.init))
+    src = from_dict(RunConfig, state["config"])
+    cfg.model = replace(src.model, objectives=cfg.model.objectives)
+    if not cfg.data.tokenizer:
+        cfg.data.tokenizer = src.data.tokenizer
+    return state
+
+
+def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> None:
+    """Load pre-trained weights; the recipe's own heads (objectives.*) may be new."""
+    own = model.state_dict()
+    wrong = [k for k, v in sd.items() if k in own and v.shape != own[k].shape]
+    if wrong:
+        raise ValueError(f"init={source}: tensors differ in shape, e.g. {wrong[:5]}")
+    missing = [k for k in own if k not in sd and not k.startswith("objectives.")]
+    if missing:
+        raise ValueError(
+            f"init={source}: the checkpoint lacks {len(missing)} tensors: {missing[:5]}"
+        )
+    model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+    fresh = [k for k in own if k not in sd]
+    log.info("init from %s; new (randomly initialised): %s", source, fresh or "none")
+
+
 def modality_kinds(model: PretrainModel) -> set[str]:
     """What the data pipeline must decode: each encoder's kind, and every text view by name."""
     kinds = {enc.kind for enc in model.encoders.values()}
     return kinds | {name for name, enc in model.encoders.items() if enc.kind == "text"}
+
+
+def load_pretrained(
+    path: str, overrides: Sequence[str] = ()
+) -> tuple[PretrainModel, Tokenizer, RunConfig]:
+    """Model, tokenizer and config of a checkpoint file or run directory (its latest one)."""
+    ckpt_path = ckpt.resolve_checkpoint(path)
+    state = ckpt.load(ckpt_path)
+    cfg = from_dict(RunConfig, apply_overrides(state["config"], overrides))
+    model, tokenizer = build_model(cfg)
+    model.load_state_dict(state["model"])
+    return model.eval(), tokenizer, cfg
 
 
 def _gather(obj: Any, d: Dist) -> list[Any]:
@@ -115,8 +156,11 @@ class Trainer:
         )
         self.out = Path(cfg.output_dir)
         self.ckpt_dir = self.out / "checkpoints"
+        init_state = apply_init(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
+        if init_state is not None and cfg.init_mode == "weights":
+            load_init(self.model, init_state["model"], cfg.init)
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer)
         self.stream = stream_config(

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sentencepiece as spm
@@ -316,3 +317,117 @@ def test_missing_paths_are_named(tmp_path: Path):
         train_tokenizer([present, missing_txt], tmp_path / "spm")
     with pytest.raises(FileNotFoundError, match=r"shard-\*\.tar"):
         train_tokenizer([str(tmp_path / "shard-*.tar")], tmp_path / "spm")
+
+
+# -- fairseq (XLM-R) id scheme ------------------------------------------------------------------
+
+XLMR_TEXTS = [
+    "the quick brown fox jumps over a lazy dog",
+    "быстрая коричневая лиса прыгает через ленивую собаку",
+    "der schnelle braune Fuchs springt über einen faulen Hund",
+    "η γρήγορη καφέ αλεπού πηδά",
+    "  extra   spaces and 漢字 unknown ✓ characters ",
+]
+
+
+def train_xlmr_spm(corpus: list[Path], out: Path, **kwargs: Any) -> Path:
+    """A sentencepiece model laid out like XLM-R's: <unk>=0, <s>=1, </s>=2, no <pad>."""
+    options = {"vocab_size": 300, "unk_id": 0, "bos_id": 1, "eos_id": 2, "pad_id": -1, **kwargs}
+    spm.SentencePieceTrainer.train(
+        input=",".join(map(str, corpus)),
+        model_prefix=str(out),
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        minloglevel=2,
+        **options,
+    )
+    return Path(f"{out}.model")
+
+
+def hf_xlmr_tokenizer(spm_path: Path):
+    """HF's XLMRobertaTokenizer over ``spm_path``'s pieces, as its XLMRobertaConverter builds it.
+
+    ``XLMRobertaTokenizer.from_pretrained`` would do this itself but needs protobuf to read the
+    .model file; the vocabulary (fairseq specials, pieces 3.., <mask>) and scores are the same.
+    """
+    transformers = pytest.importorskip("transformers")
+    sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab += [(sp.id_to_piece(i), sp.get_score(i)) for i in range(3, sp.get_piece_size())]
+    vocab.append(("<mask>", 0.0))
+    return transformers.XLMRobertaTokenizer(vocab=vocab)
+
+
+@pytest.fixture(scope="module")
+def xlmr_spm(corpus: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # nmt_nfkc is the identity on XLMR_TEXTS, so HF needs no precompiled charsmap to agree.
+    return train_xlmr_spm(corpus, tmp_path_factory.mktemp("xlmr") / "sentencepiece.bpe")
+
+
+def test_fairseq_scheme_ids_and_specials(xlmr_spm: Path):
+    sp = spm.SentencePieceProcessor(model_file=str(xlmr_spm))
+    n = sp.get_piece_size()
+    tok = Tokenizer.from_xlmr(xlmr_spm)
+    assert tok.id_scheme == "fairseq"
+    assert (tok.cls_id, tok.pad_id, tok.sep_id, tok.unk_id) == (0, 1, 2, 3)
+    assert tok.mask_id == n + 1
+    assert tok.vocab_size == n + 2
+    assert [tok.id_to_piece(i) for i in (0, 1, 2, 3, n + 1)] == [
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+        "<mask>",
+    ]
+    assert tok.special_ids == frozenset({0, 1, 2, 3, n + 1})
+    for text in XLMR_TEXTS:
+        # The documented scheme: sentencepiece id + 1, except the model's <unk> (0) -> 3.
+        expected = [i + 1 if i != sp.unk_id() else 3 for i in sp.encode(text)]
+        assert tok.encode(text) == expected
+        assert tok.build_inputs(tok.encode(text))[0] == [0, *expected[:62], 2]
+    assert 3 in tok.encode("漢字")
+    ids = tok.encode("the lazy dog")
+    assert tok.id_to_piece(ids[-1]) == sp.id_to_piece(ids[-1] - 1)
+    assert tok.decode(tok.build_inputs(ids)[0]) == "the lazy dog"
+
+
+def test_fairseq_scheme_matches_hf_xlmr_tokenizer(xlmr_spm: Path):
+    hf = hf_xlmr_tokenizer(xlmr_spm)
+    tok = Tokenizer.from_xlmr(xlmr_spm.parent)  # a directory holding sentencepiece.bpe.model
+    assert (tok.mask_id, tok.vocab_size) == (hf.mask_token_id, len(hf))
+    for text in XLMR_TEXTS:
+        ids, _ = tok.build_inputs(tok.encode(text), max_len=512)
+        assert ids == hf(text)["input_ids"], text
+
+
+def test_fairseq_scheme_save_load_and_pickle(xlmr_spm: Path, tmp_path: Path):
+    tok = Tokenizer.from_xlmr(xlmr_spm)
+    path = tok.save(tmp_path / "tokenizer")
+    assert path == tmp_path / "tokenizer.model"
+    sidecar = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert sidecar == {"languages": [], "id_scheme": "fairseq"}
+    for clone in (Tokenizer.load(path), pickle.loads(pickle.dumps(tok))):
+        assert clone.id_scheme == "fairseq"
+        assert clone.special_ids == tok.special_ids
+        assert [clone.encode(t) for t in XLMR_TEXTS] == [tok.encode(t) for t in XLMR_TEXTS]
+    # Without the sidecar the same file is read in the sentencepiece scheme.
+    bare = tmp_path / "bare.model"
+    bare.write_bytes(xlmr_spm.read_bytes())
+    assert Tokenizer.load(bare).id_scheme == "sentencepiece"
+    (tmp_path / "bad.model").write_bytes(xlmr_spm.read_bytes())
+    (tmp_path / "bad.json").write_text('{"id_scheme": "gpt2"}', encoding="utf-8")
+    with pytest.raises(ValueError, match="id_scheme"):
+        Tokenizer.load(tmp_path / "bad.model")
+
+
+def test_fairseq_scheme_rejects_foreign_layouts(corpus: list[Path], tmp_path: Path):
+    # Text pieces at ids 1-2 would collide with fairseq's <pad> and </s> once shifted.
+    path = train_xlmr_spm(corpus, tmp_path / "nobos", vocab_size=200, bos_id=-1, eos_id=-1)
+    with pytest.raises(ValueError, match="piece 1 is the text piece"):
+        Tokenizer(path.read_bytes(), id_scheme="fairseq")
+    with pytest.raises(ValueError, match="fixed specials"):
+        Tokenizer(path.read_bytes(), id_scheme="fairseq", specials={"mask": "[MASK]"})
+    with pytest.raises(ValueError, match="unknown id_scheme"):
+        Tokenizer(path.read_bytes(), id_scheme="bert")
+    with pytest.raises(FileNotFoundError, match="sentencepiece.bpe.model"):
+        Tokenizer.from_xlmr(tmp_path)

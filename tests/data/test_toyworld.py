@@ -1,4 +1,4 @@
-"""toyworld: determinism, shard layout, boxes against pixels, relations, captions, manifest."""
+"""toyworld: determinism, shards, boxes against pixels, relations, captions, mono and NLI views."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import webdataset as wds
 from PIL import Image
 
 from mmptm.data import toyworld as tw
+from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
 
 SMALL = {"n_train": 40, "n_val": 12, "n_test": 8, "image_size": 64, "shard_size": 16}
 LANGS = ("en", "de", "fr", "ru", "es")
@@ -287,15 +288,34 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
     assert manifest["seed"] == 3 and manifest["languages"] == list(LANGS)
     assert manifest["counts"] == {"train": 40, "val": 12, "test": 8}
     n_pairs = len(LANGS) * (len(LANGS) - 1) // 2
+    assert set(manifest["shards"]) == {"image_text", "parallel", "mono", "nli"}
+    assert set(manifest["by_language"]) == {"mono", "nli"}
     for view, per_split in manifest["shards"].items():
         on_disk = sorted(p.relative_to(root).as_posix() for p in (root / view).glob("*.tar"))
         assert sorted(itertools.chain(*per_split.values())) == on_disk
         for split, paths in per_split.items():
             n = len(_read(root, paths))
             assert n == manifest["samples"][view][split]
-            per_scene = n_pairs if view == "parallel" else 1
-            assert n == per_scene * manifest["counts"][split]
-            assert len(paths) == -(-n // SMALL["shard_size"])
+            scenes = [tw.sample_scene(3, split, i) for i in range(manifest["counts"][split])]
+            expected = {
+                "image_text": len(scenes),
+                "parallel": n_pairs * len(scenes),
+                "mono": len(LANGS) * len(scenes),
+                "nli": len(LANGS) * sum(len(tw.nli_pairs(s)) for s in scenes),
+            }
+            assert n == expected[view]
+            shard_sets = manifest["by_language"][view][split] if view in ("mono", "nli") else {}
+            if shard_sets:
+                assert list(shard_sets) == list(LANGS)
+                assert list(itertools.chain(*(v["shards"] for v in shard_sets.values()))) == paths
+                for lang, got in shard_sets.items():
+                    assert got["samples"] == n // len(LANGS)
+                    assert len(got["shards"]) == -(-got["samples"] // SMALL["shard_size"])
+                    assert all(p.startswith(f"{view}/{split}-{lang}-") for p in got["shards"])
+            else:
+                assert len(paths) == -(-n // SMALL["shard_size"])
+    for split in tw.SPLITS:
+        assert (root / manifest["nli"]["xnli"][split]).is_file()
     for lang in LANGS:
         lines = (root / manifest["text"][lang]).read_text("utf-8").splitlines()
         assert lines == [tw.describe(s, lang) for s in _scenes(40, seed=3)]
@@ -333,3 +353,231 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         tw.generate(tmp_path, **kwargs)
     assert not (tmp_path / "manifest.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# mono and NLI views
+
+
+def test_mono_view(world: tuple[Path, dict]) -> None:
+    root, manifest = world
+    for split in tw.SPLITS:
+        scenes = [tw.sample_scene(3, split, i) for i in range(manifest["counts"][split])]
+        for lang in LANGS:
+            paths = manifest["by_language"]["mono"][split][lang]["shards"]
+            samples = _read(root, paths)
+            assert [s["txt"].decode() for s in samples] == [tw.describe(s, lang) for s in scenes]
+            assert all(json.loads(s["json"]) == {"language": lang} for s in samples)
+            assert [s["__key__"] for s in samples] == [f"{s.key}_{lang}" for s in scenes]
+
+
+_RELATION_RE = re.compile(r"to the left of|to the right of|above|below")
+_EN_RELATIONS = {"to the left of": "left_of", "to the right of": "right_of"}
+
+
+def _objects(text: str, lang: str) -> list[tuple[str, str]]:
+    """(colour, shape) of each object named in the text, in order."""
+    colors, shapes = _reverse(lang, "colors"), _reverse(lang, "nouns")
+    words = re.findall(r"\w+", text.lower())
+    return list(
+        zip([colors[w] for w in words if w in colors], [shapes[w] for w in words if w in shapes])
+    )
+
+
+def _sizes(text: str, lang: str) -> list[str]:
+    sizes = _reverse(lang, "sizes")
+    predicative = tw.LEXICON[lang]["definite"].get("sizes", {})
+    sizes |= {form.lower(): name for name, form in predicative.items()}
+    return [sizes[w] for w in re.findall(r"\w+", text.lower()) if w in sizes]
+
+
+def _relations(text: str, lang: str) -> list[str]:
+    # undo the contractions "vom" (de) and "del" (es)
+    text = text.lower().replace(" vom ", " von dem ").replace(" del ", " de el ")
+    found = []
+    for rel, (phrase, _) in tw.LEXICON[lang]["relations"].items():
+        found += [(m.start(), rel) for m in re.finditer(rf"(?<!\w){re.escape(phrase)}(?!\w)", text)]
+    return [rel for _, rel in sorted(found)]
+
+
+def _claim(text: str, lang: str) -> tuple:
+    """A hypothesis read back from its words: ((colour, shape), size) or (a, relation, b)."""
+    objs, sizes, rels = _objects(text, lang), _sizes(text, lang), _relations(text, lang)
+    if len(objs) == 1:
+        assert len(sizes) == 1 and not rels, (lang, text)
+        return (objs[0], sizes[0])
+    assert len(objs) == 2 and len(rels) == 1 and not sizes, (lang, text)
+    return (objs[0], rels[0], objs[1])
+
+
+def _holds(scene: tw.Scene, a: tuple[str, str], rel: str, b: tuple[str, str]) -> bool:
+    """Geometry, without tw.relation: the larger centre offset decides the axis."""
+    at = {(o.shape, o.color): o for o in scene.objects}
+    pa, pb = at[a[::-1]], at[b[::-1]]
+    dx, dy = pb.x - pa.x, pb.y - pa.y
+    horizontal = abs(dx) >= abs(dy)
+    return {
+        "left_of": horizontal and dx > 0,
+        "right_of": horizontal and dx < 0,
+        "above": not horizontal and dy > 0,
+        "below": not horizontal and dy < 0,
+    }[rel]
+
+
+_OPP = {"left_of": "right_of", "right_of": "left_of", "above": "below", "below": "above"}
+
+
+def _expected_label(scene: tw.Scene, premise: str, claim: tuple) -> str:
+    """Label from what the English premise says, checked against the scene."""
+    named = _objects(premise, "en")
+    sizes = dict(zip(named, _sizes(premise, "en")))
+    rels = [_EN_RELATIONS.get(r, r) for r in _RELATION_RE.findall(premise)]
+    assert len(sizes) == len(named) and len(rels) == len(named) - 1, premise
+    attrs = {(o.color, o.shape): o.size for o in scene.objects}
+    assert all(attrs[o] == size for o, size in sizes.items())  # the premise is true
+    said = set()
+    for a, rel, b in zip(named, rels, named[1:]):
+        assert _holds(scene, a, rel, b), (premise, a, rel, b)
+        said |= {(a, rel, b), (b, _OPP[rel], a)}
+    mentioned = [o for o in claim if isinstance(o, tuple)]
+    if not set(mentioned) <= set(named):
+        return "neutral"
+    if len(claim) == 2:
+        return "entailment" if sizes[claim[0]] == claim[1] else "contradiction"
+    a, rel, b = claim
+    if (a, rel, b) in said:
+        return "entailment"
+    assert (a, _OPP[rel], b) in said, (premise, claim)
+    return "contradiction"
+
+
+def test_nli_labels_follow_from_the_premise() -> None:
+    """Independent check: read premise and hypothesis back, decide the label from the scene."""
+    kinds = set()
+    for scene in _scenes(400, seed=5):
+        pairs = tw.nli_pairs(scene)
+        assert 1 <= len(pairs) <= 3 and len({p.label for p in pairs}) == len(pairs)
+        if len(scene.objects) == 1:
+            assert [p.label for p in pairs] in (["entailment"], ["contradiction"])
+        for pair in pairs:
+            premise, hypothesis = tw.nli_text(scene, pair, "en")
+            claim = _claim(hypothesis, "en")
+            assert _expected_label(scene, premise, claim) == pair.label, (premise, hypothesis)
+            if pair.label != "neutral":  # closed world: entailed facts hold, contradicted do not
+                attrs = {(o.color, o.shape): o.size for o in scene.objects}
+                true = attrs[claim[0]] == claim[1] if len(claim) == 2 else _holds(scene, *claim)
+                assert true == (pair.label == "entailment")
+            kinds.add((pair.label, len(claim)))
+            for lang in LANGS[1:]:  # translations: the same objects, sizes and relation
+                prem, hypo = tw.nli_text(scene, pair, lang)
+                assert _claim(hypo, lang) == claim, (lang, hypo, hypothesis)
+                assert _objects(prem, lang) == _objects(premise, "en")
+                assert hypo[0].isupper() and hypo.endswith(".")
+    assert kinds == {(label, n) for label in tw.NLI_LABELS for n in (2, 3)}
+
+
+def test_nli_labels_are_balanced() -> None:
+    labels = [p.label for s in _scenes(1500, seed=2) for p in tw.nli_pairs(s)]
+    assert len(labels) > 2500
+    for label in tw.NLI_LABELS:
+        assert 0.30 <= labels.count(label) / len(labels) <= 0.37, label
+
+
+def test_golden_nli_hypotheses() -> None:
+    """Hand-written: definite articles, contractions, elision, agreement and case."""
+    objs = (
+        tw.Obj("circle", "red", "large", 0.15, 0.5, 0.14),
+        tw.Obj("star", "blue", "small", 0.45, 0.3, 0.07),
+        tw.Obj("diamond", "purple", "small", 0.5, 0.7, 0.07),
+        tw.Obj("square", "green", "large", 0.85, 0.75, 0.14),
+    )
+    scene = tw.Scene("train000000", "train", 0, 0, objs)
+    claims = [
+        tw.Claim(1, size="small"),
+        tw.Claim(1, relation="right_of", object=0),
+        tw.Claim(2, relation="below", object=1),
+        tw.Claim(3, relation="left_of", object=2),
+    ]
+    got = {lang: [tw.state(scene, c, lang) for c in claims] for lang in LANGS}
+    assert got == {
+        "en": [
+            "The blue star is small.",
+            "The blue star is to the right of the red circle.",
+            "The purple diamond is below the blue star.",
+            "The green square is to the left of the purple diamond.",
+        ],
+        "de": [
+            "Der blaue Stern ist klein.",
+            "Der blaue Stern ist rechts vom roten Kreis.",
+            "Die violette Raute ist unter dem blauen Stern.",
+            "Das grüne Quadrat ist links von der violetten Raute.",
+        ],
+        "fr": [
+            "L'étoile bleue est petite.",
+            "L'étoile bleue est à droite du cercle rouge.",
+            "Le losange violet est en dessous de l'étoile bleue.",
+            "Le carré vert est à gauche du losange violet.",
+        ],
+        "ru": [
+            "Синяя звезда маленькая.",
+            "Синяя звезда находится справа от красного круга.",
+            "Фиолетовый ромб находится под синей звездой.",
+            "Зелёный квадрат находится слева от фиолетового ромба.",
+        ],
+        "es": [
+            "La estrella azul es pequeña.",
+            "La estrella azul está a la derecha del círculo rojo.",
+            "El rombo morado está debajo de la estrella azul.",
+            "El cuadrado verde está a la izquierda del rombo morado.",
+        ],
+    }
+    pair = tw.NliPair("train000000_0", 2, claims[1], "entailment")
+    assert (
+        tw.nli_text(scene, pair, "en")[0]
+        == "A large red circle is to the left of a small blue star."
+    )
+
+
+def _nli_shards(root: Path, manifest: dict, split: str, lang: str) -> list[dict]:
+    paths = manifest["by_language"]["nli"][split][lang]["shards"]
+    return [json.loads(s["json"]) for s in _read(root, paths)]
+
+
+def test_nli_view_shards_share_pair_ids_across_languages(world: tuple[Path, dict]) -> None:
+    root, manifest = world
+    for split in tw.SPLITS:
+        scenes = [tw.sample_scene(3, split, i) for i in range(manifest["counts"][split])]
+        expected = [(s, p) for s in scenes for p in tw.nli_pairs(s)]
+        by_lang = {lang: _nli_shards(root, manifest, split, lang) for lang in LANGS}
+        ids = [r["pair_id"] for r in by_lang["en"]]
+        assert ids == [p.pair_id for _, p in expected] and len(set(ids)) == len(ids)
+        for lang, records in by_lang.items():
+            assert [r["pair_id"] for r in records] == ids
+            assert [r["label"] for r in records] == [p.label for _, p in expected]
+            assert all(r["language"] == lang for r in records)
+            texts = [tw.nli_text(s, p, lang) for s, p in expected]
+            assert [(r["premise"], r["hypothesis"]) for r in records] == texts
+
+
+def test_nli_tsvs_convert_back_to_the_same_pairs(world: tuple[Path, dict], tmp_path: Path) -> None:
+    """The MultiNLI and XNLI-MT files toyworld writes give the pairs of its (XNLI) shards."""
+    root, manifest = world
+    header = (root / "nli" / "xnli.val.tsv").read_text("utf-8").splitlines()[0]
+    assert header.split("\t") == list(XNLI_COLUMNS)
+    shards = {lang: _nli_shards(root, manifest, "train", lang) for lang in LANGS}
+
+    def triples(records: list[dict]) -> list[tuple[str, str, str]]:
+        return [(r["premise"], r["hypothesis"], r["label"]) for r in records]
+
+    def records(stats: dict) -> list[dict]:
+        return [json.loads(s["json"]) for s in _read(Path("/"), stats["shards"])]
+
+    mnli = convert_xnli(root / manifest["nli"]["multinli"], tmp_path / "mnli", split="train")
+    assert mnli["format"] == "multinli" and mnli["skipped"] == {}
+    assert records(mnli) == shards["en"]  # pair ids included
+    raw = (root / manifest["nli"]["translate_train"]["de"]).read_text("utf-8")
+    assert "\tcontradictory\n" in raw and "\tcontradiction\n" not in raw
+    for lang, path in manifest["nli"]["translate_train"].items():
+        stats = convert_xnli(root / path, tmp_path / "mt", split="train", language=lang)
+        assert stats["format"] == "xnli-mt" and stats["skipped"] == {}
+        assert triples(records(stats)) == triples(shards[lang])

@@ -21,7 +21,8 @@ BASE = [p for p in RECIPES if p.stem.endswith("_base")]
 
 def test_recipes_are_found():
     assert {p.stem for p in TINY} >= {"clip_tiny", "vilt_tiny"}
-    assert {p.stem for p in BASE} >= {"clip_base", "vilt_base"}
+    assert {p.stem for p in BASE} >= {"clip_base", "vilt_base", "mbert_base", "xlm_tlm_base"}
+    assert {p.stem for p in TINY} >= {"mbert_tiny", "xlm_tlm_tiny", "unicoder_tiny"}
 
 
 @pytest.mark.parametrize("recipe", TINY, ids=lambda p: p.stem)
@@ -35,11 +36,17 @@ def test_tiny_recipe_forward_backward_reaches_every_parameter(recipe, tiny_world
         needs=modality_kinds(model),
         transforms=data_transforms(cfg.model, VocabInfo.from_tokenizer(tok)),
     )
-    batch = next(iter(Loader(stream, 0)))
-    out = model.train()(batch)
-    assert torch.isfinite(out.loss)
-    assert any(k.endswith("_loss") for k in out.terms)
-    out.loss.backward()
+    # One batch of every source of a mixture (e.g. monolingual MLM and parallel TLM).
+    wanted, batches = {s.name for s in stream.sources}, {}
+    for _, batch in zip(range(50), Loader(stream, 0)):
+        batches.setdefault(batch["__source__"], batch)
+    assert set(batches) == wanted
+    model.train()
+    for batch in batches.values():
+        out = model(batch)
+        assert torch.isfinite(out.loss)
+        assert any(k.endswith("_loss") for k in out.terms)
+        out.loss.backward()
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     missing = [n for n, p in trainable if p.grad is None]
     assert not missing, f"no gradient reaches {missing}"
@@ -54,8 +61,16 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world):
     cfg = load_run_config(str(recipe), [f"data.tokenizer={tiny_world}/tokenizer.model"])
     model, _tok = build_model(cfg)
     n = sum(p.numel() for p in model.parameters())
-    # Published sizes (without their 49k/30k-token vocabularies; ours is the toy tokenizer's):
-    # CLIP ViT-B/16: 86M image + 38M text tower; ViLT-B/32: 87M Transformer + patch embedding.
-    expected = {"clip_base": (120e6, 135e6), "vilt_base": (85e6, 95e6)}[recipe.stem]
+    # Published sizes without their vocabularies (ours is the toy tokenizer's): CLIP ViT-B/16
+    # 86M image + 38M text tower; ViLT-B/32 87M; mBERT-base 85M Transformer (+ 92M of
+    # embeddings for its 119k vocabulary); XLM-15 12 x 1024: 151M Transformer.
+    expected = {
+        "clip_base": (120e6, 135e6),
+        "vilt_base": (85e6, 95e6),
+        "mbert_base": (85e6, 88e6),
+        "xlm_tlm_base": (151e6, 156e6),
+        "unicoder_base": (151e6, 156e6),
+    }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
-    assert model.cfg.width == {"clip_base": 512, "vilt_base": 768}[recipe.stem]
+    widths = {"clip_base": 512, "vilt_base": 768, "mbert_base": 768}
+    assert model.cfg.width == widths.get(recipe.stem, 1024)

@@ -36,12 +36,12 @@ def test_resume_reaches_the_same_losses_as_an_uninterrupted_run(tiny_world, tmp_
     # vilt_tiny has dropout, ITM negatives and MLM masking: every source of randomness.
     extra = [f"data.num_workers={workers}", "train.max_steps=8", "train.ckpt_every=4"]
     full = tmp_path / "full"
-    pretrain(load_run_config(VILT, [*tiny_overrides(tiny_world, full, "vilt"), *extra]))
+    pretrain(load_run_config(VILT, [*tiny_overrides(tiny_world, full, "vilt_tiny"), *extra]))
     split = tmp_path / "split"
-    first = [*tiny_overrides(tiny_world, split, "vilt"), *extra, "train.stop_at=3"]
+    first = [*tiny_overrides(tiny_world, split, "vilt_tiny"), *extra, "train.stop_at=3"]
     pretrain(load_run_config(VILT, first))
     assert max(_losses(_rows(split))) == 3
-    second = [*tiny_overrides(tiny_world, split, "vilt"), *extra, "resume=true"]
+    second = [*tiny_overrides(tiny_world, split, "vilt_tiny"), *extra, "resume=true"]
     pretrain(load_run_config(VILT, second))
 
     reference, resumed = _losses(_rows(full)), _losses(_rows(split))
