@@ -36,6 +36,44 @@ def _data_toyworld(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_convert(args: argparse.Namespace) -> int:
+    from mmptm.data import converters
+
+    if args.dataset == "parallel":
+        langs = tuple(args.langs.split(","))
+        if len(langs) != 2:
+            raise ValueError(f"--langs needs two codes, got {args.langs!r}")
+        if len(args.input) == 2:
+            stats = converters.convert_parallel_files(
+                *args.input, langs, args.out, split=args.split, shard_size=args.shard_size
+            )
+        elif len(args.input) == 1:
+            stats = converters.convert_parallel_tsv(
+                args.input[0], langs, args.out, split=args.split, shard_size=args.shard_size
+            )
+        else:
+            raise ValueError("--input takes two line-aligned files or one TSV file")
+    elif args.dataset == "text":
+        stats = converters.convert_monolingual(
+            args.input[0], args.lang, args.out, split=args.split, shard_size=args.shard_size
+        )
+    else:
+        stats = converters.convert_xnli(
+            args.input[0], args.out, split=args.split, language=args.lang,
+            shard_size=args.shard_size,
+        )  # fmt: skip
+    print(json.dumps({k: v for k, v in stats.items() if k != "skipped_lines"}, indent=1))
+    return 0
+
+
+def _import_xlmr(args: argparse.Namespace) -> int:
+    from mmptm.models.hf_import import import_xlmr
+
+    path = import_xlmr(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
+    print(f"imported {args.hf_dir} → {path} (use init={args.out})")
+    return 0
+
+
 def _tokenizer_train(args: argparse.Namespace) -> int:
     from mmptm.data.tokenizer import train_tokenizer
 
@@ -155,6 +193,31 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
     tw.set_defaults(fn=_data_toyworld)
+
+    for name, help_ in [
+        ("parallel", "parallel text: two line-aligned files (corpus.en corpus.de) or one TSV"),
+        ("text", "monolingual text, one sentence per line"),
+        ("xnli", "XNLI 1.0 / MultiNLI / XNLI-MT TSV (format read from the header)"),
+    ]:
+        c = data_sub.add_parser(name, help=help_)
+        c.add_argument("--input", nargs="+", required=True)
+        c.add_argument("--out", required=True)
+        c.add_argument("--split", default="train")
+        c.add_argument("--shard-size", type=int, default=10000)
+        if name == "parallel":
+            c.add_argument("--langs", required=True, help="two codes, e.g. en,de")
+        else:
+            note = " (xnli: keep only this language)" if name == "xnli" else ""
+            c.add_argument("--lang", required=name == "text", default=None, help="code" + note)
+        c.set_defaults(fn=_data_convert)
+
+    im = sub.add_parser("import", help="import checkpoints of other libraries (offline)")
+    im_sub = im.add_subparsers(dest="format", required=True)
+    ix = im_sub.add_parser("xlmr", help="a local HF-format XLM-R directory")
+    ix.add_argument("hf_dir")
+    ix.add_argument("--out", required=True, help="writes an mmptm run directory here")
+    ix.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
+    ix.set_defaults(fn=_import_xlmr)
 
     tok = sub.add_parser("tokenizer", help="multilingual sentencepiece tokenizers")
     tok_sub = tok.add_subparsers(dest="action", required=True)
