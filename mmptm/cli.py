@@ -171,7 +171,8 @@ def _demo(args: argparse.Namespace) -> int:
     else:
         experiments.multilingual_study(
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps or 2000,
-            seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
+            ft_steps=args.ft_steps, seeds=tuple(range(args.seeds)), seed=args.seed,
+            overrides=args.overrides,
         )  # fmt: skip
     return 0
 
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--n-test", type=int, default=500)
     de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
+    de.add_argument("--ft-steps", type=int, default=600, help="fine-tuning steps (multilingual)")
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

@@ -6,6 +6,11 @@ A sample gives one or two **text views** depending on its format (read from its 
     monolingual text                     txt + json.language          → text
     parallel pair                        json.languages + json.texts  → text, text2
     NLI pair                             json.premise/hypothesis/label → text, text2, labels
+    VQA question                         json.question (+ answers)     → text, vqa_targets
+
+Region features come from a ``regions.npz`` member (features, boxes, image_size, optional
+probs and labels) → ``region_feats``, ``region_boxes``, ``region_mask``, ``region_probs``,
+``region_labels``; on-the-fly RoI encoders read the boxes alone (plus the image).
 
 The first view fills ``input_ids``/``lang_ids``..., the second ``text2_input_ids``.... Models
 with a ``text2`` encoder (text↔text contrastive) read the views apart; all others get them
@@ -18,9 +23,10 @@ import io
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from PIL import Image
 
@@ -34,6 +40,8 @@ def text_views(
     sample: Sample, meta: dict, caption_languages: Sequence[str], rng: random.Random
 ) -> list[tuple[str, str]]:
     """The (text, language) segments of a sample, by its format (see the module docstring)."""
+    if "question" in meta:
+        return [(meta["question"], meta.get("language", "en"))]
     if "premise" in meta and "hypothesis" in meta:
         lang = meta.get("language", "")
         return [(meta["premise"], lang), (meta["hypothesis"], lang)]
@@ -74,6 +82,8 @@ class Decoder:
     caption_languages: Sequence[str]
     seed: int = 0
     epoch: int = 0
+    #: VQA answer vocabulary (normalised answer → index); empty = no VQA targets
+    answers: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, sample: Sample) -> Sample:
         out: Sample = {"__key__": sample["__key__"]}
@@ -92,10 +102,42 @@ class Decoder:
                     self.tokenizer.encode(text), None, self.max_text_len
                 )
                 out[f"{prefix}input_ids"], out[f"{prefix}lang"] = ids, lang
+        if "regions" in self.needs or "roi" in self.needs:
+            out.update(self.regions(sample))
+        if self.answers and "answers" in meta:
+            from mmptm.objectives.vqa import soft_targets
+
+            target = torch.zeros(len(self.answers))
+            for idx, score in soft_targets(meta["answers"], self.answers).items():
+                target[idx] = score
+            out["vqa_targets"] = target
+        if "question_id" in meta:
+            out["question_id"] = int(meta["question_id"])
         if "label" in meta:
             if meta["label"] not in NLI_LABELS:
                 raise ValueError(f"label {meta['label']!r} is not one of {NLI_LABELS}")
             out["labels"] = NLI_LABELS.index(meta["label"])
+        return out
+
+    def regions(self, sample: Sample) -> Sample:
+        if "regions.npz" not in sample:
+            raise ValueError(f"no regions.npz member; has {sorted(sample)}")
+        with np.load(io.BytesIO(sample["regions.npz"])) as z:
+            arrays = {k: z[k] for k in z.files}
+        for key in ("features", "boxes"):
+            if key not in arrays:
+                raise ValueError(f"regions.npz lacks {key!r} (has {sorted(arrays)})")
+        feats, boxes = arrays["features"], arrays["boxes"]
+        if feats.ndim != 2 or boxes.shape != (feats.shape[0], 4):
+            raise ValueError(f"regions.npz: features {feats.shape} / boxes {boxes.shape} mismatch")
+        out = {
+            "region_feats": torch.from_numpy(feats.astype(np.float32)),
+            "region_boxes": torch.from_numpy(boxes.astype(np.float32)),
+        }
+        if "probs" in arrays:
+            out["region_probs"] = torch.from_numpy(arrays["probs"].astype(np.float32))
+        if "labels" in arrays:
+            out["region_labels"] = torch.from_numpy(arrays["labels"].astype(np.int64))
         return out
 
     def image(self, sample: Sample) -> torch.Tensor:
@@ -127,6 +169,12 @@ class Collate:
             batch["pixels"] = torch.stack([s["pixels"] for s in samples])
         if "labels" in samples[0]:
             batch["labels"] = torch.tensor([s["labels"] for s in samples])
+        if "vqa_targets" in samples[0]:
+            batch["vqa_targets"] = torch.stack([s["vqa_targets"] for s in samples])
+        if "question_id" in samples[0]:
+            batch["question_id"] = torch.tensor([s["question_id"] for s in samples])
+        if "region_boxes" in samples[0]:
+            batch.update(pad_regions(samples))
         for p in VIEW_PREFIXES:
             if f"{p}input_ids" not in samples[0]:
                 continue
@@ -141,6 +189,23 @@ class Collate:
             lang_B = torch.tensor([self.lang_index(s[f"{p}lang"]) for s in samples])
             batch[f"{p}lang_ids"] = lang_B[:, None].expand(-1, L).contiguous()
         return batch
+
+
+def pad_regions(samples: list[Sample]) -> dict[str, torch.Tensor]:
+    """Region tensors padded to the most regions in the batch, with ``region_mask``."""
+    counts = [len(s["region_boxes"]) for s in samples]
+    B, R = len(samples), max(counts)
+    out = {"region_mask": torch.arange(R)[None, :] < torch.tensor(counts)[:, None]}
+    fills = {"region_feats": 0.0, "region_boxes": 0.0, "region_probs": 0.0, "region_labels": -1}
+    for key, fill in fills.items():
+        if key not in samples[0]:
+            continue
+        first = samples[0][key]
+        t = torch.full((B, R, *first.shape[1:]), fill, dtype=first.dtype)
+        for i, s in enumerate(samples):
+            t[i, : counts[i]] = s[key]
+        out[key] = t
+    return out
 
 
 @dataclass

@@ -6,7 +6,7 @@ per-system code path. Downstream models reuse ``fuse`` with a task head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -18,7 +18,7 @@ import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.config import component, components
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, BatchTransform
+from mmptm.objectives.base import Batch, BatchTransform, ForTasks, TaskSampler
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
 
@@ -31,6 +31,9 @@ class ModelConfig:
     encoders: dict[str, Any] = components(ENCODERS)
     fusion: Any = component(FUSIONS, "single_stream")
     objectives: dict[str, Any] = components(OBJECTIVES)
+    #: per-step task sampling (UNITER): objective name → weight; each batch trains one
+    #: objective and runs only its data side (conditional masking). Empty = all every step
+    task_mix: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -42,9 +45,39 @@ class PretrainOutput:
 
 
 def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
-    """The objectives' data sides in the order they must run (negatives before masking)."""
-    transforms = (OBJECTIVES.get(c.type).data_transform(c, vocab) for c in cfg.objectives.values())
-    return sorted((t for t in transforms if t is not None), key=lambda t: t.data_priority)
+    """The objectives' data sides in the order they must run (negatives before masking).
+
+    A shared data side (``shared = True``) asked for by several objectives runs once; with
+    ``task_mix`` each one runs only on the batches of its objectives' tasks.
+    """
+    groups: list[tuple[set[str], BatchTransform]] = []
+    for name, c in cfg.objectives.items():
+        t = OBJECTIVES.get(c.type).data_transform(c, vocab)
+        if t is None:
+            continue
+        twin = next(
+            (g for g in groups if getattr(t, "shared", False) and type(g[1]) is type(t)), None
+        )
+        if twin is None:
+            groups.append(({name}, t))
+        elif twin[1] != t:
+            raise ValueError(
+                f"objectives {sorted(twin[0])} and {name!r} share one {type(t).__name__} data "
+                "side but configure it differently (e.g. mask_prob): make them agree"
+            )
+        else:
+            twin[0].add(name)
+    if not cfg.task_mix:
+        transforms = [t for _, t in groups]
+    else:
+        unknown = set(cfg.task_mix) - set(cfg.objectives)
+        if unknown:
+            raise ValueError(
+                f"model.task_mix names {sorted(unknown)}, not objectives ({sorted(cfg.objectives)})"
+            )
+        transforms = [TaskSampler(dict(cfg.task_mix))]
+        transforms += [ForTasks(frozenset(names), t) for names, t in groups]
+    return sorted(transforms, key=lambda t: t.data_priority)
 
 
 class PretrainModel(nn.Module):
@@ -81,7 +114,10 @@ class PretrainModel(nn.Module):
         out = self.fuse(batch)
         total = None
         terms: dict[str, torch.Tensor] = {}
+        task = batch.get("__task__")  # per-step task sampling: that objective alone
         for name, objective in self.objectives.items():
+            if task is not None and name != task:
+                continue
             for key, value in objective(out, batch).items():
                 terms[f"{name}_{key}"] = value.detach()
                 if key.endswith("loss"):

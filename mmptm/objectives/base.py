@@ -9,7 +9,8 @@ with the recipe weight, the rest are metrics.
 
 from __future__ import annotations
 
-from typing import Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import torch
 from torch import nn
@@ -23,8 +24,10 @@ Batch = dict[str, torch.Tensor]
 class BatchTransform(Protocol):
     """An objective's data side: a picklable callable over a collated batch.
 
-    Transforms run in ascending ``data_priority``: negatives (10, they decide what is a
-    positive pair), joining text pairs into one sequence (15), masking (20).
+    Transforms run in ascending ``data_priority``: task sampling (0), negatives (10, they
+    decide what is a positive pair), joining text pairs into one sequence (15), masking (20).
+    A transform whose class sets ``shared = True`` (region masking, used by MRC, MRC-kl and
+    MRFR alike) runs once for all the objectives that ask for it.
     """
 
     data_priority: int
@@ -42,3 +45,38 @@ class Objective(nn.Module):
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+
+@dataclass
+class TaskSampler:
+    """Per-step task sampling (UNITER): each batch trains one objective, drawn by weight.
+
+    Writes ``batch["__task__"]``; the model then computes that objective alone, and only its
+    data side runs (see :class:`ForTasks`) — which is UNITER's conditional masking: an MLM
+    batch keeps its regions whole, a region-modelling batch keeps its text whole.
+    """
+
+    data_priority: ClassVar[int] = 0
+
+    weights: dict[str, float]
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        names = list(self.weights)
+        w = torch.tensor([self.weights[n] for n in names], dtype=torch.float)
+        batch["__task__"] = names[int(torch.multinomial(w, 1, generator=g))]
+        return batch
+
+
+@dataclass
+class ForTasks:
+    """Runs a data side only on batches whose sampled task is one of ``tasks``."""
+
+    tasks: frozenset[str]
+    inner: BatchTransform
+
+    @property
+    def data_priority(self) -> int:
+        return self.inner.data_priority
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        return self.inner(batch, g) if batch.get("__task__") in self.tasks else batch

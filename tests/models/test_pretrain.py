@@ -1,0 +1,112 @@
+"""PretrainModel composition: data-side ordering, shared data sides, per-step task sampling."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+from mmptm.config import from_dict
+from mmptm.encoders.base import VocabInfo
+from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.objectives.base import ForTasks, TaskSampler
+from mmptm.objectives.itm import SwapNegatives
+from mmptm.objectives.mlm import MaskTokens
+
+VOCAB = VocabInfo(vocab_size=50, special_ids=frozenset({0, 1, 2, 3, 4}))
+
+
+def _cfg(**extra) -> ModelConfig:
+    tree = {
+        "width": 16,
+        "encoders": {
+            "text": {"type": "text", "max_positions": 32},
+            "image": {
+                "type": "timm_image",
+                "model_name": "vit_tiny_patch16_224",
+                "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 0,
+                                 "num_heads": 2},
+                "image_size": 16,
+            },
+        },
+        "fusion": {"type": "single_stream", "transformer": {"layers": 1, "heads": 2}},
+        "objectives": {"mlm": {"type": "mlm"}, "itm": {"type": "itm"}},
+        **extra,
+    }  # fmt: skip
+    return from_dict(ModelConfig, tree)
+
+
+def _batch(B: int = 6) -> dict:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 50, (B, 10), generator=g)
+    ids[:, 0], ids[:, -1] = 2, 3
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones(B, 10, dtype=torch.bool),
+        "pixels": torch.randn(B, 3, 16, 16, generator=g),
+    }
+
+
+def test_negatives_run_before_masking_whatever_the_recipe_order():
+    transforms = data_transforms(_cfg(), VOCAB)  # recipe lists mlm first
+    assert [type(t) for t in transforms] == [SwapNegatives, MaskTokens]
+
+
+def test_task_mix_trains_one_objective_per_batch_with_its_data_side_only():
+    cfg = _cfg(task_mix={"mlm": 3.0, "itm": 1.0})
+    transforms = data_transforms(cfg, VOCAB)
+    assert isinstance(transforms[0], TaskSampler)
+    assert all(isinstance(t, ForTasks) for t in transforms[1:])
+    model = PretrainModel(cfg, VOCAB).eval()
+    seen = collections.Counter()
+    for i in range(200):
+        batch, g = _batch(), torch.Generator().manual_seed(i)
+        original = batch["input_ids"].clone()
+        for t in transforms:
+            batch = t(batch, g)
+        task = batch["__task__"]
+        seen[task] += 1
+        if task == "itm":  # conditional masking: the text stays whole on ITM batches
+            assert torch.equal(batch["input_ids"], original) and "mlm_labels" not in batch
+        else:  # and MLM batches have no negatives
+            assert "itm_labels" not in batch and "mlm_labels" in batch
+        if i < 10:
+            terms = model(batch).terms
+            assert {k.split("_")[0] for k in terms} == {task}
+    assert seen["mlm"] / 200 == pytest.approx(0.75, abs=0.08)
+
+
+def test_task_mix_must_name_objectives():
+    with pytest.raises(ValueError, match=r"task_mix names \['mrm'\]"):
+        data_transforms(_cfg(task_mix={"mrm": 1.0}), VOCAB)
+
+
+@dataclass
+class _Shared:
+    data_priority: ClassVar[int] = 20
+    shared: ClassVar[bool] = True
+    prob: float
+
+    def __call__(self, batch, g):
+        batch["calls"] = batch.get("calls", 0) + 1
+        return batch
+
+
+def test_a_shared_data_side_runs_once_and_must_agree(monkeypatch):
+    from mmptm.objectives.mlm import MaskedLM
+
+    monkeypatch.setattr(
+        MaskedLM, "data_transform", classmethod(lambda cls, c, v: _Shared(c.mask_prob))
+    )
+    cfg = _cfg(objectives={"a": {"type": "mlm"}, "b": {"type": "mlm"}})
+    transforms = data_transforms(cfg, VOCAB)
+    assert len(transforms) == 1
+    assert transforms[0]({}, torch.Generator())["calls"] == 1
+    with_mix = data_transforms(_cfg(objectives=cfg.objectives, task_mix={"a": 1, "b": 1}), VOCAB)
+    assert with_mix[1].tasks == frozenset({"a", "b"})
+    bad = _cfg(objectives={"a": {"type": "mlm"}, "b": {"type": "mlm", "mask_prob": 0.3}})
+    with pytest.raises(ValueError, match=r"share one _Shared data side"):
+        data_transforms(bad, VOCAB)
