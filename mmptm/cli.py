@@ -109,6 +109,7 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
         language=args.language,
         max_items=args.max_items,
         batch_size=args.batch_size,
+        rerank_k=args.rerank_k,
         overrides=args.overrides,
     )
     print(format_table({Path(args.run).name or args.run: result}))
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--language", default=None, help="caption language (default: first)")
     er.add_argument("--max-items", type=int, default=1000)
     er.add_argument("--batch-size", type=int, default=128)
+    er.add_argument("--rerank-k", type=int, default=0, help="re-rank the top-k with ITM")
     er.add_argument("--out", default=None, help="also write the result as JSON here")
     er.set_defaults(fn=_eval_retrieval)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")

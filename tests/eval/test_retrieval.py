@@ -6,7 +6,9 @@ import pytest
 import torch
 from conftest import ROOT, tiny_overrides
 
-from mmptm.eval.retrieval import evaluate_retrieval, recall_at_k
+from mmptm.eval.retrieval import evaluate_retrieval, recall_at_k, similarity
+from mmptm.objectives.contrastive import Contrastive
+from mmptm.objectives.itm import ImageTextMatching
 from mmptm.train.config import load_run_config
 from mmptm.train.trainer import pretrain
 
@@ -40,3 +42,65 @@ def test_retrieval_on_a_trained_checkpoint(recipe, tiny_world, tmp_path):
     assert r["n"] == 12 and r["chance_R@1"] == pytest.approx(1 / 12)
     for d in ("i2t", "t2i"):
         assert 0 <= r[f"{d}_R@1"] <= r[f"{d}_R@5"] <= r[f"{d}_R@10"] <= 1
+
+
+class _FirstStage(Contrastive):
+    """Embeddings whose dot products rank every true pair second (a known bad first stage)."""
+
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+
+    def embed(self, out, modality):
+        idx = out.pooled["idx"]
+        n = 6
+        if modality == "image":
+            return torch.nn.functional.one_hot(idx, n).float()
+        # text j looks most like image j+1, then like image j
+        return (
+            2.0 * torch.nn.functional.one_hot((idx + 1) % n, n).float()
+            + torch.nn.functional.one_hot(idx, n).float()
+        )
+
+
+class _Oracle(ImageTextMatching):
+    """ITM that knows the truth: high score iff the pair's indices agree."""
+
+    def __init__(self):
+        torch.nn.Module.__init__(self)
+
+    def score(self, out):
+        return (out.pooled["img"] == out.pooled["txt"]).float() * 10.0
+
+
+class _Stub(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.objectives = torch.nn.ModuleDict({"c": _FirstStage(), "i": _Oracle()})
+
+    def fuse(self, batch):
+        from mmptm.fusion.base import FusionOutput
+
+        pooled = {}
+        if "pixels" in batch:
+            pooled["img"] = pooled["idx"] = batch["pixels"][:, 0, 0, 0].long()
+        if "input_ids" in batch:
+            pooled["txt"] = pooled["idx"] = batch["input_ids"][:, 0]
+        return FusionOutput({}, {}, pooled)
+
+
+def test_itm_reranking_of_a_first_stage():
+    n = 6
+    data = {
+        "__key__": [str(i) for i in range(n)],
+        "pixels": torch.arange(n).float().view(n, 1, 1, 1).expand(n, 3, 2, 2).clone(),
+        "input_ids": torch.arange(n).view(n, 1),
+    }
+    first_i2t, first_t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4)
+    plain = recall_at_k(first_i2t, sim_t2i_IT=first_t2i)
+    assert plain["i2t_R@1"] == 0.0 and plain["t2i_R@1"] == 0.0  # true pairs rank 2nd
+    assert plain["i2t_R@5"] == 1.0
+    i2t, t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4, rerank_k=2)
+    reranked = recall_at_k(i2t, sim_t2i_IT=t2i)
+    assert reranked["i2t_R@1"] == 1.0 and reranked["t2i_R@1"] == 1.0
+    i2t, t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4, rerank_k=1)
+    assert recall_at_k(i2t, sim_t2i_IT=t2i)["i2t_R@1"] == 0.0  # the truth was not in the top 1
