@@ -6,7 +6,7 @@ A sample gives one or two **text views** depending on its format (read from its 
     monolingual text                     txt + json.language          → text
     parallel pair                        json.languages + json.texts  → text, text2
     NLI pair                             json.premise/hypothesis/label → text, text2, labels
-    VQA question                         json.question (+ answers)     → text, vqa_targets
+    VQA question                         json.question (+ answers)     → text, answers
 
 Region features come from a ``regions.npz`` member (features, boxes, image_size, optional
 probs and labels) → ``region_feats``, ``region_boxes``, ``region_mask``, ``region_probs``,
@@ -23,7 +23,7 @@ import io
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -82,8 +82,6 @@ class Decoder:
     caption_languages: Sequence[str]
     seed: int = 0
     epoch: int = 0
-    #: VQA answer vocabulary (normalised answer → index); empty = no VQA targets
-    answers: dict[str, int] = field(default_factory=dict)
 
     def __call__(self, sample: Sample) -> Sample:
         out: Sample = {"__key__": sample["__key__"]}
@@ -104,13 +102,8 @@ class Decoder:
                 out[f"{prefix}input_ids"], out[f"{prefix}lang"] = ids, lang
         if "regions" in self.needs or "roi" in self.needs:
             out.update(self.regions(sample))
-        if self.answers and "answers" in meta:
-            from mmptm.objectives.vqa import soft_targets
-
-            target = torch.zeros(len(self.answers))
-            for idx, score in soft_targets(meta["answers"], self.answers).items():
-                target[idx] = score
-            out["vqa_targets"] = target
+        if meta.get("answers"):  # raw; the VQA objective's data side scores them
+            out["answers"] = [str(a) for a in meta["answers"]]
         if "question_id" in meta:
             out["question_id"] = int(meta["question_id"])
         if "label" in meta:
@@ -169,8 +162,8 @@ class Collate:
             batch["pixels"] = torch.stack([s["pixels"] for s in samples])
         if "labels" in samples[0]:
             batch["labels"] = torch.tensor([s["labels"] for s in samples])
-        if "vqa_targets" in samples[0]:
-            batch["vqa_targets"] = torch.stack([s["vqa_targets"] for s in samples])
+        if "answers" in samples[0]:
+            batch["answers"] = [s.get("answers", []) for s in samples]
         if "question_id" in samples[0]:
             batch["question_id"] = torch.tensor([s["question_id"] for s in samples])
         if "region_boxes" in samples[0]:

@@ -79,8 +79,6 @@ class DataConfig:
     restart_positions: bool = True
     #: named evaluation sets (e.g. one per language): name → shard spec
     eval: dict[str, str] = field(default_factory=dict)
-    #: VQA answer vocabulary file (one normalised answer per line; `mmptm data answers`)
-    answer_vocab: str = ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,15 +465,6 @@ __all__ = [
 ]
 
 
-def read_answer_vocab(path: str) -> dict[str, int]:
-    """Answer → index from a vocabulary file (one answer per line)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"answer vocabulary {path!r} not found (see `mmptm data answers`)")
-    with open(path, encoding="utf-8") as f:
-        answers = [line.rstrip("\n") for line in f if line.strip()]
-    return {a: i for i, a in enumerate(answers)}
-
-
 @lru_cache(maxsize=4096)
 def _count(url: str, size: int, mtime: float) -> int:
     with tarfile.open(url) as tar:
@@ -557,7 +546,6 @@ def stream_config(
             max_text_len=cfg.max_text_len,
             caption_languages=list(cfg.caption_languages),
             seed=seed,
-            answers=read_answer_vocab(cfg.answer_vocab) if cfg.answer_vocab else {},
         ),
         collate=Collate(pad_id=tokenizer.pad_id, lang_index=lang_index),
         transforms=list(transforms),

@@ -1,6 +1,6 @@
 """Encoders: one registry, one contract (``ModalityTokens`` at the fusion width)."""
 
-from mmptm.encoders import image, text  # noqa: F401  (registers the parts)
+from mmptm.encoders import image, regions, text  # noqa: F401  (registers the parts)
 from mmptm.encoders.base import Encoder, ModalityTokens, VocabInfo, init_weights
 
 __all__ = ["Encoder", "ModalityTokens", "VocabInfo", "init_weights"]

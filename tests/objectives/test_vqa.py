@@ -1,0 +1,193 @@
+"""VQA: official normalisation and soft accuracy (hand-worked), vocabularies, results, head.
+
+Legend: B batch, D width, A answers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from mmptm.fusion.base import FusionOutput
+from mmptm.objectives.vqa import (
+    VQAHead,
+    build_answer_vocab,
+    normalize_answer,
+    read_answer_vocab,
+    read_results,
+    soft_score,
+    soft_targets,
+    vqa_accuracy,
+    write_answer_vocab,
+    write_results,
+)
+from mmptm.registry import OBJECTIVES
+
+WIDTH = 16
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("Two.", "2"),  # period stripped, number word → digit
+        ("the dog", "dog"),  # article dropped
+        ("dont", "don't"),  # contraction restored
+        ("yes!", "yes"),  # "!" becomes a space, then split/joined away
+        ("  Yes \n", "yes"),
+        ("A Red Car", "red car"),
+        ("black-and-white", "black and white"),  # "-" not next to a space: a space
+        ("yes, it is", "yes it is"),  # ", " is next to a space: deleted
+        ("1,000", "1000"),  # digit,digit: every punctuation mark deleted
+        ("2.5", "2.5"),  # a period before a digit stays
+        ("none", "0"),
+        ("ten", "10"),
+        ("isnt it", "isn't it"),
+    ],
+)
+def test_normalize_answer(raw: str, want: str) -> None:
+    assert normalize_answer(raw) == want
+
+
+def _leave_one_out(answers: list[str], cand: str) -> float:
+    """The definition, literally: mean over the 10 subsets of 9 of min(1, matches/3)."""
+    gts = [normalize_answer(a) for a in answers]
+    c = normalize_answer(cand)
+    subsets = [gts[:i] + gts[i + 1 :] for i in range(len(gts))]
+    return sum(min(1.0, sum(g == c for g in s) / 3) for s in subsets) / len(subsets)
+
+
+def test_soft_score_hand_worked() -> None:
+    # 3 "yes" of 10: dropping a "yes" (3 of the 10 subsets) leaves 2 matches → 2/3; the other
+    # 7 subsets keep 3 → 1. Mean = (3·2/3 + 7·1)/10 = 0.9.
+    answers = ["yes"] * 3 + ["no"] * 7
+    assert soft_score(answers, "yes") == pytest.approx(0.9)
+    # 7 "no": every subset keeps >= 6 matches → 1.
+    assert soft_score(answers, "no") == pytest.approx(1.0)
+    # 1 match: dropping it (1 subset) → 0, the other 9 → 1/3: 9·(1/3)/10 = 0.3
+    assert soft_score(["cat"] + ["dog"] * 9, "cat") == pytest.approx(0.3)
+    # 2 matches: 2 subsets → 1/3, 8 subsets → 2/3: (2/3 + 16/3)/10 = 0.6
+    assert soft_score(["cat"] * 2 + ["dog"] * 8, "Cat.") == pytest.approx(0.6)
+    # 4 matches: every subset keeps >= 3 → 1
+    assert soft_score(["cat"] * 4 + ["dog"] * 6, "the cat") == pytest.approx(1.0)
+    assert soft_score(answers, "maybe") == 0.0
+
+
+def test_soft_score_equals_literal_leave_one_out() -> None:
+    pool = ["yes", "Yes.", "no", "2", "two", "a dog", "dog", "cat"]
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        answers = [pool[i] for i in rng.integers(0, len(pool), 10)]
+        for cand in ("yes", "2", "dog", "cat", "bird"):
+            assert soft_score(answers, cand) == pytest.approx(_leave_one_out(answers, cand))
+
+
+def test_soft_targets() -> None:
+    vocab = ["yes", "no", "2", "unused"]
+    answers = ["Yes"] * 3 + ["no"] * 6 + ["two"]
+    got = soft_targets(answers, vocab)
+    assert got.keys() == {0, 1, 2}
+    assert got[0] == pytest.approx(0.9)
+    assert got[1] == pytest.approx(1.0)
+    assert got[2] == pytest.approx(0.3)
+    assert soft_targets(answers, {"no": 7}) == {7: pytest.approx(1.0)}
+
+
+def test_build_answer_vocab_counts_questions_and_orders() -> None:
+    lists = (
+        [["yes"] * 10] * 3  # "yes" in 3 questions (30 answers)
+        + [["no"] * 9 + ["Yes"]] * 2  # "no" in 2; "yes" in 2 more → 5
+        + [["two", "2"]] * 2  # "2" in 2 (once per question)
+        + [["blue"], ["red"]]
+    )
+    assert build_answer_vocab(lists, min_count=1) == ["yes", "2", "no", "blue", "red"]
+    assert build_answer_vocab(lists, min_count=2) == ["yes", "2", "no"]
+    assert build_answer_vocab(lists, min_count=1, top_k=2) == ["yes", "2"]
+    assert build_answer_vocab(lists) == []  # default min_count=9
+
+
+def test_accuracy_and_results_round_trip(tmp_path) -> None:
+    answers = {1: ["yes"] * 3 + ["no"] * 7, 2: ["2"] * 10, 7: ["cat"] * 10}
+    preds = {1: "yes", 2: "Two", 7: "dog"}
+    # (0.9 + 1 + 0) / 3 · 100
+    assert vqa_accuracy(preds, answers) == pytest.approx(190 / 3)
+    with pytest.raises(KeyError):
+        vqa_accuracy({99: "yes"}, answers)
+    path = tmp_path / "results.json"
+    write_results(preds, path)
+    rows = json.loads(path.read_text())
+    assert rows == [
+        {"question_id": 1, "answer": "yes"},
+        {"question_id": 2, "answer": "Two"},
+        {"question_id": 7, "answer": "dog"},
+    ]
+    assert all(type(r["question_id"]) is int for r in rows)
+    assert read_results(path) == preds
+    vocab_path = tmp_path / "answers.txt"
+    write_answer_vocab(["yes", "no", "black and white"], vocab_path)
+    assert read_answer_vocab(vocab_path) == ["yes", "no", "black and white"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Head
+
+
+def _head(tmp_path, **cfg) -> VQAHead:
+    path = tmp_path / "answers.txt"
+    write_answer_vocab(["yes", "no", "2", "red", "dog"], path)
+    torch.manual_seed(0)
+    return VQAHead(VQAHead.Config(answers=str(path), **cfg), width=WIDTH)
+
+
+def test_vqa_head_loss_score_and_predict(tmp_path) -> None:
+    assert OBJECTIVES.get("vqa") is VQAHead
+    head = _head(tmp_path)
+    assert head.num_answers == 5
+    g = torch.Generator().manual_seed(0)
+    pooled = torch.randn(4, WIDTH, generator=g)
+    out = FusionOutput(hidden={}, mask={}, pooled={"joint": pooled})
+    targets = torch.zeros(4, 5)
+    targets[0, 0], targets[1, 1], targets[1, 2], targets[3, 4] = 1.0, 0.9, 0.3, 0.6
+    res = head(out, {"vqa_targets": targets})
+
+    with torch.no_grad():
+        x = head.head(pooled).double().numpy()
+    t = targets.double().numpy()
+    # BCE with logits, elementwise: max(x,0) - x·t + log(1 + exp(-|x|)); summed over the 5
+    # answers, averaged over the 4 questions (= mean over all × A)
+    bce = np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x)))
+    assert res["loss"].item() == pytest.approx(bce.sum(1).mean(), rel=1e-5)
+    best = x.argmax(1)
+    assert res["score"].item() == pytest.approx(t[np.arange(4), best].mean())
+    assert torch.equal(head.predict(out), torch.from_numpy(best))
+    assert head.answer_strings(torch.tensor([0, 3])) == ["yes", "red"]
+    assert head(out, {}) == {}  # a batch without VQA targets sits it out
+
+
+def test_vqa_head_config_errors(tmp_path) -> None:
+    with pytest.raises(ValueError, match="answer vocabulary"):
+        VQAHead(VQAHead.Config(), width=WIDTH)
+    with pytest.raises(ValueError, match="num_answers=3"):
+        _head(tmp_path, num_answers=3)
+    with pytest.raises(FileNotFoundError):
+        VQAHead(VQAHead.Config(answers=str(tmp_path / "missing.txt")), width=WIDTH)
+    head = VQAHead(VQAHead.Config(num_answers=7, hidden_mult=3), width=WIDTH)
+    assert head.head[0].out_features == 3 * WIDTH and head.head[-1].out_features == 7
+    out = FusionOutput(hidden={}, mask={}, pooled={"text": torch.zeros(1, WIDTH)})
+    with pytest.raises(ValueError, match="pooled"):
+        head.predict(out)
+
+
+def test_vqa_data_side_turns_raw_answers_into_soft_targets():
+    from mmptm.objectives.vqa import SoftTargets
+
+    t = SoftTargets(("yes", "no", "2"))
+    batch = {"answers": [["yes"] * 3 + ["no"] * 7, ["two"] * 10, []]}
+    out = t(batch, torch.Generator())["vqa_targets"]
+    # Hand-worked: 3 "yes" of 10 → 0.9 (see above); 7 "no" → 1.0; "two" normalises to "2".
+    torch.testing.assert_close(
+        out, torch.tensor([[0.9, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    )
+    assert t({"x": 1}, torch.Generator()) == {"x": 1}  # no answers: left alone
