@@ -66,6 +66,33 @@ def _data_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_answers(args: argparse.Namespace) -> int:
+    from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
+    from mmptm.objectives.vqa import build_answer_vocab, write_answer_vocab
+
+    lists = [
+        json.loads(s["json"]).get("answers") or []
+        for spec in args.input
+        for s in tar_samples(expand_shards(spec), SkipCounter())
+        if "json" in s
+    ]
+    vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
+    write_answer_vocab(vocab, args.out)
+    print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
+    return 0
+
+
+def _eval_vqa(args: argparse.Namespace) -> int:
+    from mmptm.eval.vqa import evaluate_vqa
+
+    result = evaluate_vqa(
+        args.run, split=args.split, shards=args.shards, results_file=args.results,
+        overrides=args.overrides,
+    )  # fmt: skip
+    print(json.dumps(result))
+    return 0
+
+
 def _import_xlmr(args: argparse.Namespace) -> int:
     from mmptm.models.hf_import import import_xlmr
 
@@ -213,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--lang", required=name == "text", default=None, help="code" + note)
         c.set_defaults(fn=_data_convert)
 
+    an = data_sub.add_parser("answers", help="VQA answer vocabulary from training shards")
+    an.add_argument("--input", nargs="+", required=True, help="VQA shards")
+    an.add_argument("--out", required=True, help="answers file, one per line")
+    an.add_argument("--min-count", type=int, default=9, help="questions an answer must occur in")
+    an.add_argument("--top-k", type=int, default=None)
+    an.set_defaults(fn=_data_answers)
+
     im = sub.add_parser("import", help="import checkpoints of other libraries (offline)")
     im_sub = im.add_subparsers(dest="format", required=True)
     ix = im_sub.add_parser("xlmr", help="a local HF-format XLM-R directory")
@@ -260,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
     ex.add_argument("--set", action="append", help="NAME=SHARDS (default: the run's data.eval)")
     ex.set_defaults(fn=_eval_xnli)
+    vq = ev_sub.add_parser("vqa", help="VQA accuracy; --results writes the official format")
+    vq.add_argument("run", help="run directory or checkpoint file")
+    vq.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    vq.add_argument("--split", default="test", choices=["train", "val", "test"])
+    vq.add_argument("--shards", default=None)
+    vq.add_argument("--results", default=None, help='write [{"question_id", "answer"}] here')
+    vq.set_defaults(fn=_eval_vqa)
     xr = ev_sub.add_parser("xret", help="cross-lingual sentence retrieval (Tatoeba protocol)")
     xr.add_argument("run", help="run directory or checkpoint file")
     xr.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")

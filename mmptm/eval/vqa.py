@@ -1,0 +1,56 @@
+"""VQA evaluation: accuracy (official soft score) and predictions in the official format."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from mmptm.data.pipeline import move_to, single_pass, stream_config
+from mmptm.objectives.vqa import VQAHead, soft_score, write_results
+from mmptm.train.trainer import load_pretrained, modality_kinds
+
+
+@torch.no_grad()
+def evaluate_vqa(
+    path: str,
+    *,
+    split: str = "test",
+    shards: str | None = None,
+    results_file: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    device: str = "cpu",
+) -> dict[str, float]:
+    """VQA accuracy (%) of a fine-tuned checkpoint; writes ``[{question_id, answer}]`` if asked.
+
+    Questions without answers (a test-dev style split) are predicted but not scored.
+    """
+    model, tokenizer, cfg = load_pretrained(path, overrides)
+    head = next((o for o in model.objectives.values() if isinstance(o, VQAHead)), None)
+    if head is None:
+        raise ValueError(
+            "the model has no vqa objective (fine-tune with configs/finetune/vqa.yaml)"
+        )
+    model.to(device)
+    stream = stream_config(
+        cfg.data, tokenizer, split=split, shards=shards, needs=modality_kinds(model), seed=cfg.seed
+    )
+    predictions: dict[int, str] = {}
+    scores: list[float] = []
+    for batch in single_pass(stream):
+        if "__end__" in batch:
+            continue
+        answers = batch.get("answers")
+        pred_B = head.predict(model.fuse(move_to(batch, device))).cpu()
+        for b, answer in enumerate(head.answer_strings(pred_B)):
+            predictions[int(batch["question_id"][b])] = answer
+            if answers and answers[b]:
+                scores.append(soft_score(answers[b], answer))
+    if results_file is not None:
+        write_results(predictions, results_file)
+    return {
+        "accuracy": 100.0 * sum(scores) / max(len(scores), 1),
+        "scored": float(len(scores)),
+        "predicted": float(len(predictions)),
+    }
