@@ -57,12 +57,27 @@ def _data_convert(args: argparse.Namespace) -> int:
         stats = converters.convert_monolingual(
             args.input[0], args.lang, args.out, split=args.split, shard_size=args.shard_size
         )
+    elif args.dataset == "coco":
+        from mmptm.data import converters_vl
+
+        stats = converters_vl.convert_coco_captions(
+            args.input[0], args.images, args.out, split=args.split, shard_size=args.shard_size,
+            regions_tsv=args.regions,
+        )  # fmt: skip
+    elif args.dataset == "vqa":
+        from mmptm.data import converters_vl
+
+        questions, annotations = [*args.input, None][:2]
+        stats = converters_vl.convert_vqa(
+            questions, annotations, args.images, args.out, split=args.split,
+            shard_size=args.shard_size, regions_tsv=args.regions,
+        )  # fmt: skip
     else:
         stats = converters.convert_xnli(
             args.input[0], args.out, split=args.split, language=args.lang,
             shard_size=args.shard_size,
         )  # fmt: skip
-    print(json.dumps({k: v for k, v in stats.items() if k != "skipped_lines"}, indent=1))
+    print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
     return 0
 
 
@@ -227,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("parallel", "parallel text: two line-aligned files (corpus.en corpus.de) or one TSV"),
         ("text", "monolingual text, one sentence per line"),
         ("xnli", "XNLI 1.0 / MultiNLI / XNLI-MT TSV (format read from the header)"),
+        ("coco", "COCO captions JSON (--input) + image folder (--images)"),
+        ("vqa", "VQA v2 questions JSON [+ annotations JSON] (--input) + --images/--regions"),
     ]:
         c = data_sub.add_parser(name, help=help_)
         c.add_argument("--input", nargs="+", required=True)
@@ -235,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--shard-size", type=int, default=10000)
         if name == "parallel":
             c.add_argument("--langs", required=True, help="two codes, e.g. en,de")
+        elif name in ("coco", "vqa"):
+            c.add_argument("--images", default=None, help="COCO image folder")
+            c.add_argument("--regions", default=None, help="bottom-up-attention TSV features")
         else:
             note = " (xnli: keep only this language)" if name == "xnli" else ""
             c.add_argument("--lang", required=name == "text", default=None, help="code" + note)

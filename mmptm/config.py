@@ -266,7 +266,11 @@ def to_dict(cfg: Any) -> Any:
 
 
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge ``over`` onto ``base``: dicts key by key, anything else replaces; honours DELETE."""
+    """Merge ``over`` onto ``base``: dicts key by key, anything else replaces; honours DELETE.
+
+    A dict naming another ``type`` than the inherited one replaces it whole: the keys of a
+    different part (e.g. a single-stream fusion's ``transformer``) do not carry over.
+    """
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, str) and value == DELETE:
@@ -274,7 +278,11 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
         elif isinstance(value, Mapping):
             # Also merges onto {} when nothing is inherited, to strip nested DELETE markers.
             prev = out.get(key)
-            out[key] = deep_merge(prev if isinstance(prev, Mapping) else {}, value)
+            if not isinstance(prev, Mapping) or prev.get("type", value.get("type")) != value.get(
+                "type", prev.get("type")
+            ):
+                prev = {}
+            out[key] = deep_merge(prev, value)
         else:
             out[key] = value
     return out

@@ -49,14 +49,16 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         "data.num_workers=0",
         "data.shuffle_buffer=20",
         "model.width=32",
-        "model.fusion.transformer.heads=2",
-        "model.fusion.transformer.layers=2",
         "train.max_steps=6",
         "train.warmup_steps=2",
         "train.log_every=1",
         "train.ckpt_every=3",
         "train.progress=false",
     ]
+    if model.get("fusion", {}).get("type") == "two_stream":
+        over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
+    else:
+        over += ["model.fusion.transformer.heads=2", "model.fusion.transformer.layers=2"]
     image = model.get("encoders", {}).get("image")
     if image:
         over += ["data.image_size=32", "model.encoders.image.image_size=32"]

@@ -383,3 +383,16 @@ def test_save_overwrites_atomically(tmp_path: Path) -> None:
     cfg = dataclasses.replace(from_dict(Run, FULL), output_dir="runs/new")
     save_config(cfg, out)
     assert load_config(out, schema=Run).output_dir == "runs/new"
+
+
+def test_a_component_of_another_type_replaces_the_inherited_one(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "fusion: {type: single_stream, transformer: {layers: 4}, pooler: true}\n"
+        "keep: {type: a, x: 1}\n"
+    )
+    (tmp_path / "child.yaml").write_text(
+        "base: base.yaml\nfusion: {type: two_stream, variant: lxmert}\nkeep: {x: 2}\n"
+    )
+    tree = load_yaml_tree(tmp_path / "child.yaml")
+    assert tree["fusion"] == {"type": "two_stream", "variant": "lxmert"}  # nothing inherited
+    assert tree["keep"] == {"type": "a", "x": 2}  # same (or unnamed) type: merged

@@ -16,6 +16,16 @@ Views, each written for every split and requested language:
   Written as the real corpora ship (XNLI 1.0 TSV; MultiNLI and XNLI-MT translate-train
   TSVs for train), then converted to ``nli/{split}-{lang}-%06d.tar`` by
   :func:`mmptm.data.converters.convert_xnli`.
+- ``regions``: the ``image_text`` samples (same keys and members) plus ``regions.npz``, what
+  a bottom-up-attention detector would give: one region per object (no whole-image region),
+  its box, a frozen random CNN's RoI feature, a noisy class distribution over SHAPES and the
+  true shape id (see :func:`detect`).
+- ``vqa``: 2-3 questions per scene with ten annotators' answers, written as VQA v2 ships
+  (``v2_OpenEnded_toyworld_{split}_questions.json`` + ``v2_toyworld_{split}_annotations.json``)
+  and as ``vqa/{split}-%06d.tar`` samples (``jpg``, ``regions.npz``, ``json``): what
+  :func:`mmptm.data.converters_vl.convert_vqa` makes of those files, the images and the
+  regions as a BUTD TSV (tested; the TSV drops only ``probs``). Written directly, which
+  spares putting every image on disk just to read it back.
 
 Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
 depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
@@ -33,6 +43,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +51,14 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
+from mmptm.data.converters_vl import regions_npz_bytes
 from mmptm.data.shards import ShardWriter
 
 __all__ = [
+    "ANSWER_TYPES",
     "COLORS",
+    "DETECTOR_FEATURES",
+    "DETECTOR_SEED",
     "GENERATOR_VERSION",
     "LANGUAGES",
     "LEXICON",
@@ -61,8 +76,10 @@ __all__ = [
     "Scene",
     "ViewOutput",
     "ViewSettings",
+    "VqaQuestion",
     "captions",
     "describe",
+    "detect",
     "encode_jpeg",
     "generate",
     "lexicon_forms",
@@ -73,14 +90,18 @@ __all__ = [
     "relation",
     "relations",
     "render",
+    "roi_features",
     "sample_scene",
     "scene_record",
     "state",
+    "vqa_file_names",
+    "vqa_questions",
 ]
 
 # Bump whenever the same arguments would produce different bytes.
 # 2: views mono and nli (image_text, parallel and text/ unchanged since 1).
-GENERATOR_VERSION = 2
+# 3: views regions and vqa (the others unchanged since 2).
+GENERATOR_VERSION = 3
 
 SPLITS = {"train": 0, "val": 1, "test": 2}
 SHAPES = ("circle", "square", "triangle", "diamond", "star")
@@ -486,6 +507,12 @@ def encode_jpeg(img: Image.Image) -> bytes:
     return buf.getvalue()
 
 
+@lru_cache(maxsize=1)
+def _jpegs(scenes: tuple[Scene, ...], image_size: int) -> tuple[bytes, ...]:
+    """The scenes' JPEGs; cached because the image_text, regions and vqa views all need them."""
+    return tuple(encode_jpeg(render(s, image_size)) for s in scenes)
+
+
 # ---------------------------------------------------------------------------------------------
 # Words
 
@@ -663,6 +690,334 @@ def nli_text(scene: Scene, pair: NliPair, lang: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Detector: what a bottom-up-attention model would report for each object.
+
+DETECTOR_SEED = 0  # one fixed "detector" for every data seed, as in practice
+DETECTOR_FEATURES = 64
+_ROI_SIZE = 16  # each box is cropped and resized to this many pixels a side
+_FEATURE_STEP = 2.0**-16  # features are rounded to this grid, see roi_features
+_PROB_MARGIN = 3.0  # logit bonus of the true shape
+_PROB_NOISE = 1.0  # std of the logit noise: the arg-max is wrong for ~7% of objects
+_DETECTOR_STREAM = 3  # extra entropy words, as for NLI: new streams never shift old ones
+_VQA_STREAM = 4
+
+
+@lru_cache(maxsize=1)
+def _cnn_weights() -> tuple[np.ndarray, ...]:
+    """He-initialised 3x3 kernels of a 3-layer CNN (3 -> 16 -> 32 -> 64), never trained."""
+    rng = np.random.default_rng([DETECTOR_SEED, _DETECTOR_STREAM])
+    widths = (3, 16, 32, DETECTOR_FEATURES)
+    return tuple(
+        rng.standard_normal((cout, cin, 3, 3)) * np.sqrt(2 / (9 * cin))
+        for cin, cout in itertools.pairwise(widths)
+    )
+
+
+def roi_features(images: np.ndarray, boxes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """RoI features [R_i, DETECTOR_FEATURES] of uint8 images [B,H,W,3] and normalised boxes.
+
+    Each box is cropped with ``roi_align`` to 16x16 pixels and passed through a frozen,
+    seeded CNN (3x3 conv + ReLU, strides 2, 2, 1) and global average pooling. Computed in
+    float64 and rounded to a 2**-16 grid: summation order (batch size, threads, CPU kernels)
+    moves float64 results far less than the grid step, so the bytes do not depend on it.
+    """
+    import torch  # lazily: the text-only views do not need torch
+    from torch.nn.functional import conv2d
+    from torchvision.ops import roi_align
+
+    counts = [len(b) for b in boxes]
+    if not sum(counts):
+        return [np.zeros((0, DETECTOR_FEATURES), np.float32) for _ in boxes]
+    _, h, w, _ = images.shape
+    pixels = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).double()
+    pixels = (pixels / 255 - 0.5) / 0.25
+    scale = np.array([w, h, w, h], np.float64)
+    rois = np.concatenate(
+        [np.c_[np.full(len(b), i), np.asarray(b, np.float64) * scale] for i, b in enumerate(boxes)]
+    )
+    with torch.no_grad():
+        x = roi_align(pixels, torch.from_numpy(rois), _ROI_SIZE, 1.0, 2, aligned=True)
+        for kernel, stride in zip(_cnn_weights(), (2, 2, 1)):
+            x = torch.relu(conv2d(x, torch.from_numpy(kernel), stride=stride, padding=1))
+        feats = x.mean((2, 3)).numpy()
+    feats = (np.round(feats / _FEATURE_STEP) * _FEATURE_STEP).astype(np.float32)
+    return np.split(feats, np.cumsum(counts)[:-1])
+
+
+def _class_probs(scene: Scene) -> np.ndarray:
+    """A noisy detector's distribution over SHAPES per object: softmax(3 one-hot + noise)."""
+    rng = np.random.default_rng([*scene.entropy, _DETECTOR_STREAM])
+    labels = [SHAPES.index(o.shape) for o in scene.objects]
+    logits = _PROB_MARGIN * np.eye(len(SHAPES))[labels]
+    logits = logits + _PROB_NOISE * rng.standard_normal(logits.shape)
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    return (e / e.sum(1, keepdims=True)).astype(np.float32)
+
+
+def detect(scenes: Sequence[Scene], image_size: int) -> list[dict[str, Any]]:
+    """What a detector reports per scene, as ``regions.npz`` records (plus the ``jpg``).
+
+    One region per object, in the scene's (left to right) order: ``boxes`` = the objects'
+    normalised boxes, ``features`` = :func:`roi_features` of the JPEG the samples carry,
+    ``probs`` over SHAPES (the true shape gets most mass, not always the most), ``labels`` =
+    the true shape ids, ``image_size`` = (w, h). Colour is not a detector class: it is left
+    for the features to carry.
+    """
+    jpgs = _jpegs(tuple(scenes), image_size)
+    boxes = [np.array([object_box(o) for o in s.objects], np.float32) for s in scenes]
+    records = []
+    chunk = 500  # bounds memory; roi_features' results do not depend on the chunking
+    for start in range(0, len(scenes), chunk):
+        part = slice(start, start + chunk)
+        images = np.stack(
+            [np.asarray(Image.open(io.BytesIO(j)).convert("RGB")) for j in jpgs[part]]
+        )
+        for scene, jpg, box, feats in zip(
+            scenes[part], jpgs[part], boxes[part], roi_features(images, boxes[part])
+        ):
+            records.append(
+                {
+                    "jpg": jpg,
+                    "features": feats,
+                    "boxes": box,
+                    "image_size": np.array([image_size, image_size], np.int32),
+                    "probs": _class_probs(scene),
+                    "labels": np.array([SHAPES.index(o.shape) for o in scene.objects], np.int64),
+                }
+            )
+    return records
+
+
+@lru_cache(maxsize=1)
+def _detections(scenes: tuple[Scene, ...], image_size: int) -> tuple[tuple[bytes, bytes], ...]:
+    """(jpg, regions.npz) per scene; cached because the regions and vqa views both need them."""
+    return tuple((r["jpg"], regions_npz_bytes(r)) for r in detect(scenes, image_size))
+
+
+# ---------------------------------------------------------------------------------------------
+# VQA: questions about a scene, each answered by ten noisy annotators.
+
+ANSWER_TYPES = ("yes/no", "number", "other")
+_N_ANSWERS = 10
+_N_WRONG_P = (0.4, 0.3, 0.2, 0.1)  # P(0..3 of the ten annotators say something else)
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five")
+# plausible mistakes, and other words for the same thing
+_COLOR_CONFUSION = {
+    "red": ("orange", "purple"),
+    "green": ("yellow", "blue"),
+    "blue": ("purple", "green"),
+    "yellow": ("orange", "green"),
+    "purple": ("blue", "red"),
+    "orange": ("red", "yellow"),
+}
+_SHAPE_CONFUSION = {
+    "circle": ("star", "square"),
+    "square": ("diamond", "circle"),
+    "triangle": ("star", "diamond"),
+    "diamond": ("square", "triangle"),
+    "star": ("triangle", "circle"),
+}
+_SYNONYMS = {"purple": ("violet",), "diamond": ("rhombus",), "circle": ("round",)}
+
+
+@dataclass(frozen=True)
+class VqaQuestion:
+    """One question about a scene: the truth and the ten annotators' raw answers."""
+
+    question_id: int
+    question: str
+    answer: str
+    answer_type: str
+    question_type: str
+    answers: tuple[str, ...]
+    confidences: tuple[str, ...]  # VQA's answer_confidence: "yes" or "maybe"
+
+
+# A question kind returns (question, answer, answer_type, question_type, mistakes, synonyms),
+# or None when the scene cannot pose it unambiguously.
+_Posed = tuple[str, str, str, str, Sequence[str], Sequence[str]]
+
+
+def _pick(rng: np.random.Generator, items: Sequence[Any]) -> Any:
+    return items[int(rng.integers(len(items)))]
+
+
+def _ask_color(rng: np.random.Generator, objs: Sequence[Obj]) -> _Posed | None:
+    shapes = [o.shape for o in objs]
+    unique = [o for o in objs if shapes.count(o.shape) == 1]
+    if not unique:
+        return None
+    o = _pick(rng, unique)
+    return (
+        f"What color is the {o.shape}?",
+        o.color,
+        "other",
+        "what color is the",
+        _COLOR_CONFUSION[o.color],
+        _SYNONYMS.get(o.color, ()),
+    )
+
+
+def _ask_shape(rng: np.random.Generator, objs: Sequence[Obj]) -> _Posed | None:
+    colors = [o.color for o in objs]
+    unique = [o for o in objs if colors.count(o.color) == 1]
+    if not unique:
+        return None
+    o = _pick(rng, unique)
+    return (
+        f"What shape is the {o.color} object?",
+        o.shape,
+        "other",
+        "what shape is the",
+        _SHAPE_CONFUSION[o.shape],
+        _SYNONYMS.get(o.shape, ()),
+    )
+
+
+def _ask_count(rng: np.random.Generator, objs: Sequence[Obj]) -> _Posed:
+    if rng.random() < 0.5:
+        question, n = "How many shapes are there?", len(objs)
+    else:  # mostly a shape in the scene; sometimes any, so "0" happens
+        shape = _pick(rng, [o.shape for o in objs] if rng.random() < 0.7 else SHAPES)
+        question, n = f"How many {shape}s are there?", sum(o.shape == shape for o in objs)
+    mistakes = [str(m) for m in (n - 1, n + 1) if m >= 0]
+    return question, str(n), "number", "how many", mistakes, (_NUMBER_WORDS[n],)
+
+
+def _ask_spatial(rng: np.random.Generator, objs: Sequence[Obj]) -> _Posed | None:
+    """ "What is to the left of X?": asked only when exactly one object is on that side."""
+    sides = {
+        "left_of": lambda b, a: b.x < a.x,
+        "right_of": lambda b, a: b.x > a.x,
+        "above": lambda b, a: b.y < a.y,
+        "below": lambda b, a: b.y > a.y,
+    }
+    for i in rng.permutation(len(objs) * len(RELATIONS)):
+        ref, rel = objs[i // len(RELATIONS)], RELATIONS[i % len(RELATIONS)]
+        side = [b for b in objs if b is not ref and sides[rel](b, ref)]
+        if len(side) == 1 and relation(side[0], ref) == rel:
+            phrase = LEXICON["en"]["relations"][rel][0]
+            others = [o.shape for o in objs if o is not side[0]]
+            mistakes = others + list(_SHAPE_CONFUSION[side[0].shape])
+            mistakes = sorted(set(mistakes) - {side[0].shape}, key=mistakes.index)
+            return (
+                f"What is {phrase} the {ref.color} {ref.shape}?",
+                side[0].shape,
+                "other",
+                "what is",
+                mistakes,
+                _SYNONYMS.get(side[0].shape, ()),
+            )
+    return None
+
+
+def _ask_exists(rng: np.random.Generator, objs: Sequence[Obj]) -> _Posed:
+    """ "Is there a green triangle?": yes or no with equal odds; half the noes are near misses."""
+    present = {(o.color, o.shape) for o in objs}
+    if rng.random() < 0.5:
+        color, shape = _pick(rng, sorted(present))
+    else:
+        absent = [(c, s) for s in SHAPES for c in COLORS if (c, s) not in present]
+        near = [(c, s) for c, s in absent if any(c == pc or s == ps for pc, ps in present)]
+        color, shape = _pick(rng, near if near and rng.random() < 0.5 else absent)
+    answer = "yes" if (color, shape) in present else "no"
+    wrong = "no" if answer == "yes" else "yes"
+    return f"Is there a {color} {shape}?", answer, "yes/no", "is there a", (wrong,), ()
+
+
+_QUESTION_KINDS: tuple[Callable[[np.random.Generator, Sequence[Obj]], _Posed | None], ...] = (
+    _ask_color,
+    _ask_shape,
+    _ask_count,
+    _ask_spatial,
+    _ask_exists,
+)
+
+
+def _annotate(rng: np.random.Generator, posed: _Posed) -> tuple[list[str], list[str]]:
+    """Ten answers: the truth, but for 0-3 mistakes or synonyms at random positions."""
+    _, answer, _, _, mistakes, synonyms = posed
+    answers, confidences = [answer] * _N_ANSWERS, ["yes"] * _N_ANSWERS
+    n_wrong = int(rng.choice(len(_N_WRONG_P), p=_N_WRONG_P))
+    for pos in rng.permutation(_N_ANSWERS)[:n_wrong]:
+        use_synonym = synonyms and rng.random() < 0.5
+        answers[pos] = _pick(rng, synonyms if use_synonym else mistakes)
+        confidences[pos] = "yes" if use_synonym else "maybe"
+    return answers, confidences
+
+
+def vqa_questions(scene: Scene) -> list[VqaQuestion]:
+    """2-3 questions of different kinds; ids are ``scene.index * 10 + k``, the image id the index.
+
+    Kinds: colour, shape, count, spatial and yes/no existence; colour, shape and spatial
+    questions are only asked when their referent is unambiguous (count and yes/no always are).
+    """
+    rng = np.random.default_rng([*scene.entropy, _VQA_STREAM])
+    n = int(rng.integers(2, 4))
+    posed = []
+    for i in rng.permutation(len(_QUESTION_KINDS)):
+        got = _QUESTION_KINDS[i](rng, scene.objects)
+        if got is not None:
+            posed.append(got)
+        if len(posed) == n:
+            break
+    out = []
+    for k, p in enumerate(posed):
+        answers, confidences = _annotate(rng, p)
+        out.append(
+            VqaQuestion(
+                scene.index * 10 + k, p[0], p[1], p[2], p[3], tuple(answers), tuple(confidences)
+            )
+        )
+    return out
+
+
+def _vqa_record(scene: Scene, q: VqaQuestion) -> dict[str, Any]:
+    """The ``json`` of a VQA sample: what ``convert_vqa`` makes of the VQA v2 files."""
+    return {
+        "question": q.question,
+        "question_id": q.question_id,
+        "image_id": scene.index,
+        "answers": list(q.answers),
+        "answer_type": q.answer_type,
+        "question_type": q.question_type,
+        "multiple_choice_answer": q.answer,
+    }
+
+
+def _vqa_files(split: str, items: Sequence[tuple[Scene, VqaQuestion]]) -> tuple[dict, dict]:
+    """The VQA v2 questions and annotations files' contents."""
+    info = {"description": "toyworld VQA", "version": str(GENERATOR_VERSION)}
+    head = {"info": info, "data_type": "toyworld", "data_subtype": split, "license": {}}
+    questions = {
+        **head,
+        "task_type": "Open-Ended",
+        "questions": [
+            {"image_id": s.index, "question": q.question, "question_id": q.question_id}
+            for s, q in items
+        ],
+    }
+    annotations = {
+        **head,
+        "annotations": [
+            {
+                "question_type": q.question_type,
+                "multiple_choice_answer": q.answer,
+                "answers": [
+                    {"answer": a, "answer_confidence": c, "answer_id": i + 1}
+                    for i, (a, c) in enumerate(zip(q.answers, q.confidences))
+                ],
+                "image_id": s.index,
+                "answer_type": q.answer_type,
+                "question_id": q.question_id,
+            }
+            for s, q in items
+        ],
+    }
+    return questions, annotations
+
+
+# ---------------------------------------------------------------------------------------------
 # Views: each turns the scenes of one split into samples, through a ViewOutput.
 
 
@@ -696,13 +1051,21 @@ class ViewOutput:
         self.samples[language] = count
 
 
+@lru_cache(maxsize=1)
+def _records(
+    scenes: tuple[Scene, ...], image_size: int, languages: tuple[str, ...]
+) -> tuple[dict[str, Any], ...]:
+    """scene_record per scene, shared by image_text and regions; callers must not mutate."""
+    return tuple(scene_record(s, image_size, languages) for s in scenes)
+
+
 def write_image_text(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
     """img2dataset-style samples: ``jpg``, ``txt`` (primary caption), ``json`` (annotations)."""
-    primary = "en" if "en" in cfg.languages else cfg.languages[0]
+    primary = _primary(cfg)
+    jpgs = _jpegs(tuple(scenes), cfg.image_size)
+    records = _records(tuple(scenes), cfg.image_size, cfg.languages)
     with out.writer() as writer:
-        for scene in scenes:
-            record = scene_record(scene, cfg.image_size, cfg.languages)
-            jpg = encode_jpeg(render(scene, cfg.image_size))
+        for scene, jpg, record in zip(scenes, jpgs, records):
             txt = record["captions"][primary]
             writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record})
 
@@ -783,11 +1146,57 @@ def write_nli(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> No
         out.add(lang, got["shards"], got["written"])
 
 
+def _primary(cfg: ViewSettings) -> str:
+    return "en" if "en" in cfg.languages else cfg.languages[0]
+
+
+def write_regions(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """The ``image_text`` samples (same keys, same bytes) plus ``regions.npz`` (see detect)."""
+    primary = _primary(cfg)
+    media = _detections(tuple(scenes), cfg.image_size)
+    records = _records(tuple(scenes), cfg.image_size, cfg.languages)
+    with out.writer() as writer:
+        for scene, (jpg, npz), record in zip(scenes, media, records):
+            txt = record["captions"][primary]
+            sample = {"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record}
+            writer.write({**sample, "regions.npz": npz})
+
+
+def vqa_file_names(split: str) -> tuple[str, str]:
+    """The VQA v2 questions and annotations file names of a split."""
+    return (
+        f"v2_OpenEnded_toyworld_{split}_questions.json",
+        f"v2_toyworld_{split}_annotations.json",
+    )
+
+
+def write_vqa(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """VQA v2 questions/annotations JSON files and ``{split}-%06d.tar`` samples.
+
+    Samples (key = question id) hold ``jpg``, ``regions.npz`` (as in the regions view) and
+    the VQA ``json``, the members ``convert_vqa`` gives for the JSON files plus the images
+    and region features.
+    """
+    items = [(scene, q) for scene in scenes for q in vqa_questions(scene)]
+    for name, content in zip(vqa_file_names(out.split), _vqa_files(out.split, items)):
+        _write_atomic(out.root / name, json.dumps(content, ensure_ascii=False) + "\n")
+    media = dict(zip((s.key for s in scenes), _detections(tuple(scenes), cfg.image_size)))
+    with out.writer() as writer:
+        for scene, q in items:
+            jpg, npz = media[scene.key]
+            record = _vqa_record(scene, q)
+            writer.write(
+                {"__key__": str(q.question_id), "jpg": jpg, "regions.npz": npz, "json": record}
+            )
+
+
 VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], None]] = {
     "image_text": write_image_text,
     "parallel": write_parallel,
     "mono": write_mono,
     "nli": write_nli,
+    "regions": write_regions,
+    "vqa": write_vqa,
 }
 
 
@@ -834,10 +1243,13 @@ def generate(
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
-    Layout: ``{view}/{split}-{shard:06d}.tar`` for ``image_text`` and ``parallel``,
+    Layout: ``{view}/{split}-{shard:06d}.tar`` for ``image_text``, ``parallel``, ``regions``
+    and ``vqa``,
     ``{view}/{split}-{lang}-{shard:06d}.tar`` for ``mono`` and ``nli`` (listed per language
     under the manifest's ``by_language``), the NLI TSVs ``nli/xnli.{split}.tsv``,
-    ``nli/multinli_1.0_train.txt`` and ``nli/multinli.train.{lang}.tsv``, ``text/{lang}.txt``
+    ``nli/multinli_1.0_train.txt`` and ``nli/multinli.train.{lang}.tsv``, the VQA v2 files
+    ``vqa/v2_OpenEnded_toyworld_{split}_questions.json`` and
+    ``vqa/v2_toyworld_{split}_annotations.json``, ``text/{lang}.txt``
     (train captions, one per line) and ``manifest.json`` (written last, so its presence means
     the data set is complete).
     """
@@ -893,6 +1305,16 @@ def generate(
             "multinli": "nli/multinli_1.0_train.txt" if "en" in languages else None,
             "translate_train": {lang: f"nli/multinli.train.{lang}.tsv" for lang in languages},
         },
+        "vqa": {
+            kind: {split: f"vqa/{vqa_file_names(split)[i]}" for split in counts}
+            for i, kind in enumerate(("questions", "annotations"))
+        },
+        "detector": {
+            "classes": list(SHAPES),
+            "feature_dim": DETECTOR_FEATURES,
+            "roi_size": _ROI_SIZE,
+            "seed": DETECTOR_SEED,
+        },
         "labels": {
             "shapes": list(SHAPES),
             "colors": list(COLORS),
@@ -900,6 +1322,7 @@ def generate(
             "relations": list(RELATIONS),
             "locations": list(LOCATIONS),
             "nli": list(NLI_LABELS),
+            "answer_types": list(ANSWER_TYPES),
         },
     }
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

@@ -340,7 +340,12 @@ class TwoStreamFusion(nn.Module):
         self.lang_out = nn.Linear(W, width) if W != width else nn.Identity()
         self.vis_out = nn.Linear(V, width) if V != width else nn.Identity()
         self.lang_pooler = nn.Sequential(nn.Linear(width, width), nn.Tanh())
-        self.vis_pooler = nn.Sequential(nn.Linear(width, width), nn.Tanh())
+        # LXMERT pools the language [CLS] alone; ViLBERT's joint vector needs both poolers.
+        self.vis_pooler = (
+            nn.Sequential(nn.Linear(width, width), nn.Tanh())
+            if cfg.variant == "vilbert"
+            else nn.Identity()
+        )
         init_weights(self)
 
     def _streams(

@@ -1,4 +1,4 @@
-"""toyworld: determinism, shards, boxes against pixels, relations, captions, mono and NLI views."""
+"""toyworld: determinism, shards, boxes against pixels, relations, captions, text and VL views."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from PIL import Image
 
 from mmptm.data import toyworld as tw
 from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
+from mmptm.data.converters_vl import convert_vqa, load_regions, write_butd_tsv
 
 SMALL = {"n_train": 40, "n_val": 12, "n_test": 8, "image_size": 64, "shard_size": 16}
 LANGS = ("en", "de", "fr", "ru", "es")
@@ -288,7 +289,7 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
     assert manifest["seed"] == 3 and manifest["languages"] == list(LANGS)
     assert manifest["counts"] == {"train": 40, "val": 12, "test": 8}
     n_pairs = len(LANGS) * (len(LANGS) - 1) // 2
-    assert set(manifest["shards"]) == {"image_text", "parallel", "mono", "nli"}
+    assert set(manifest["shards"]) == {"image_text", "parallel", "mono", "nli", "regions", "vqa"}
     assert set(manifest["by_language"]) == {"mono", "nli"}
     for view, per_split in manifest["shards"].items():
         on_disk = sorted(p.relative_to(root).as_posix() for p in (root / view).glob("*.tar"))
@@ -302,6 +303,8 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
                 "parallel": n_pairs * len(scenes),
                 "mono": len(LANGS) * len(scenes),
                 "nli": len(LANGS) * sum(len(tw.nli_pairs(s)) for s in scenes),
+                "regions": len(scenes),
+                "vqa": sum(len(tw.vqa_questions(s)) for s in scenes),
             }
             assert n == expected[view]
             shard_sets = manifest["by_language"][view][split] if view in ("mono", "nli") else {}
@@ -316,6 +319,9 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
                 assert len(paths) == -(-n // SMALL["shard_size"])
     for split in tw.SPLITS:
         assert (root / manifest["nli"]["xnli"][split]).is_file()
+        assert (root / manifest["vqa"]["questions"][split]).is_file()
+        assert (root / manifest["vqa"]["annotations"][split]).is_file()
+    assert manifest["detector"]["classes"] == list(tw.SHAPES)
     for lang in LANGS:
         lines = (root / manifest["text"][lang]).read_text("utf-8").splitlines()
         assert lines == [tw.describe(s, lang) for s in _scenes(40, seed=3)]
@@ -581,3 +587,214 @@ def test_nli_tsvs_convert_back_to_the_same_pairs(world: tuple[Path, dict], tmp_p
         stats = convert_xnli(root / path, tmp_path / "mt", split="train", language=lang)
         assert stats["format"] == "xnli-mt" and stats["skipped"] == {}
         assert triples(records(stats)) == triples(shards[lang])
+
+
+# ---------------------------------------------------------------------------------------------
+# regions and VQA views
+
+
+def _by_key(samples: list[dict]) -> dict[str, dict]:
+    return {s["__key__"]: s for s in samples}
+
+
+@pytest.fixture(scope="module")
+def regions(world: tuple[Path, dict]) -> list[dict]:
+    root, manifest = world
+    return _read(root, [p for split in tw.SPLITS for p in manifest["shards"]["regions"][split]])
+
+
+def test_regions_view_extends_image_text(image_text: list[dict], regions: list[dict]) -> None:
+    assert [s["__key__"] for s in regions] == [s["__key__"] for s in image_text]
+    hits = total = 0
+    for plain, s in zip(image_text, regions):
+        assert set(s) - {"__url__", "__local_path__"} == {
+            "__key__",
+            "jpg",
+            "txt",
+            "json",
+            "regions.npz",
+        }
+        assert all(s[m] == plain[m] for m in ("jpg", "txt", "json"))
+        objects = json.loads(s["json"])["objects"]
+        arrays = load_regions(s["regions.npz"])
+        assert list(arrays) == ["features", "boxes", "image_size", "probs", "labels"]
+        r = len(objects)
+        assert arrays["features"].shape == (r, tw.DETECTOR_FEATURES)
+        assert arrays["features"].dtype == arrays["boxes"].dtype == np.float32
+        assert arrays["probs"].shape == (r, len(tw.SHAPES)) and arrays["probs"].dtype == np.float32
+        assert arrays["labels"].dtype == np.int64 and arrays["image_size"].tolist() == [64, 64]
+        np.testing.assert_array_equal(arrays["boxes"], np.float32([o["box"] for o in objects]))
+        assert arrays["labels"].tolist() == [o["label"] for o in objects]
+        np.testing.assert_allclose(arrays["probs"].sum(1), 1.0, atol=1e-5)
+        assert (arrays["probs"] > 0).all() and np.isfinite(arrays["features"]).all()
+        hits += int((arrays["probs"].argmax(1) == arrays["labels"]).sum())
+        total += r
+    assert 0.8 < hits / total < 1.0  # mostly right, not an oracle
+
+
+def test_region_features_are_deterministic_and_see_the_image() -> None:
+    scenes = [tw.sample_scene(7, "val", i) for i in range(30)]
+    first = tw.detect(scenes, 64)
+    again = tw.detect(scenes[5:], 64)  # other batch composition, same bits
+    for a, b in zip(first[5:], again):
+        assert a["jpg"] == b["jpg"]
+        np.testing.assert_array_equal(a["features"], b["features"])
+        np.testing.assert_array_equal(a["probs"], b["probs"])
+    feats = np.concatenate([r["features"] for r in first])
+    assert feats.std(0).min() > 0  # every channel varies with the content
+    # same shape and colour, other scene: features close; other colour: further apart
+    by_kind: dict[tuple[str, str], list[np.ndarray]] = {}
+    for scene, rec in zip(scenes, first):
+        for obj, f in zip(scene.objects, rec["features"]):
+            by_kind.setdefault((obj.color, obj.shape), []).append(f)
+    centres = {k: np.mean(v, 0) for k, v in by_kind.items()}
+    within = np.mean([np.linalg.norm(f - centres[k]) for k, v in by_kind.items() for f in v])
+    keys = list(centres)
+    between = np.mean(
+        [np.linalg.norm(centres[a] - centres[b]) for a, b in itertools.pairwise(keys)]
+    )
+    assert between > within
+
+
+_QUESTION_RES = {
+    "color": re.compile(r"What color is the (\w+)\?"),
+    "shape": re.compile(r"What shape is the (\w+) object\?"),
+    "count_all": re.compile(r"How many shapes are there\?"),
+    "count": re.compile(r"How many (\w+)s are there\?"),
+    "exists": re.compile(r"Is there a (\w+) (\w+)\?"),
+    "spatial": re.compile(
+        r"What is (to the left of|to the right of|above|below) the (\w+) (\w+)\?"
+    ),
+}
+
+
+def _truth(scene: tw.Scene, question: str) -> tuple[str, str, str]:
+    """(kind, answer, answer type) worked out from the scene without the generator's code."""
+    objs = scene.objects
+    # first match wins: "How many shapes" also fits the per-shape pattern
+    found = [(k, m) for k, p in _QUESTION_RES.items() if (m := p.fullmatch(question))]
+    assert found, f"unknown question {question!r}"
+    kind, m = found[0]
+    if kind == "color":
+        (match,) = [o for o in objs if o.shape == m[1]]  # asked only when unambiguous
+        return kind, match.color, "other"
+    if kind == "shape":
+        (match,) = [o for o in objs if o.color == m[1]]
+        return kind, match.shape, "other"
+    if kind == "count_all":
+        return kind, str(len(objs)), "number"
+    if kind == "count":
+        return kind, str(sum(o.shape == m[1] for o in objs)), "number"
+    if kind == "exists":
+        there = any(o.color == m[1] and o.shape == m[2] for o in objs)
+        return kind, "yes" if there else "no", "yes/no"
+    (ref,) = [o for o in objs if (o.color, o.shape) == (m[2], m[3])]
+    axis, sign = {"to the left of": (0, -1), "to the right of": (0, 1), "above": (1, -1),
+                  "below": (1, 1)}[m[1]]  # fmt: skip
+    pos = lambda o: (o.x, o.y)  # noqa: E731
+    (other,) = [o for o in objs if o is not ref and sign * (pos(o)[axis] - pos(ref)[axis]) > 0]
+    offset = [abs(pos(other)[a] - pos(ref)[a]) for a in (0, 1)]
+    assert offset[axis] >= offset[1 - axis], question  # the asked axis dominates
+    return kind, other.shape, "other"
+
+
+def test_vqa_answers_follow_from_the_scene() -> None:
+    kinds: dict[str, int] = {}
+    answers_seen: dict[str, set[str]] = {}
+    noisy = yes = yes_no = 0
+    for scene in _scenes(400, seed=2):
+        questions = tw.vqa_questions(scene)
+        assert 2 <= len(questions) <= 3
+        assert [q.question_id for q in questions] == [
+            scene.index * 10 + k for k in range(len(questions))
+        ]
+        got = [_truth(scene, q.question) for q in questions]
+        assert len({k.removesuffix("_all") for k, _, _ in got}) == len(got)  # kinds differ
+        for q, (kind, answer, answer_type) in zip(questions, got):
+            assert (q.answer, q.answer_type) == (answer, answer_type), (scene, q)
+            assert len(q.answers) == 10 and len(q.confidences) == 10
+            counts = {a: q.answers.count(a) for a in q.answers}
+            assert max(counts, key=counts.get) == answer and counts[answer] >= 7
+            noisy += counts[answer] < 10
+            kinds[kind] = kinds.get(kind, 0) + 1
+            answers_seen.setdefault(kind, set()).add(answer)
+            if kind == "exists":
+                yes_no += 1
+                yes += answer == "yes"
+    assert set(kinds) == set(_QUESTION_RES)
+    assert 0.4 < yes / yes_no < 0.6
+    assert 0.4 < noisy / sum(kinds.values()) < 0.8  # soft scores are not all 1
+    assert "0" in answers_seen["count"] and "two" not in answers_seen["count_all"]
+
+
+def test_vqa_view_matches_its_json_files(world: tuple[Path, dict], regions: list[dict]) -> None:
+    root, manifest = world
+    media = _by_key(regions)
+    for split in tw.SPLITS:
+        questions = json.loads((root / manifest["vqa"]["questions"][split]).read_text("utf-8"))
+        annotations = json.loads((root / manifest["vqa"]["annotations"][split]).read_text("utf-8"))
+        assert questions["data_subtype"] == annotations["data_subtype"] == split
+        assert questions["task_type"] == "Open-Ended"
+        anns = {a["question_id"]: a for a in annotations["annotations"]}
+        assert len(anns) == len(questions["questions"])
+        samples = _read(root, manifest["shards"]["vqa"][split])
+        assert [s["__key__"] for s in samples] == [
+            str(q["question_id"]) for q in questions["questions"]
+        ]
+        for q, s in zip(questions["questions"], samples):
+            assert set(q) == {"image_id", "question", "question_id"}
+            ann = anns[q["question_id"]]
+            assert set(ann) == {
+                "question_id", "image_id", "answers", "multiple_choice_answer", "answer_type",
+                "question_type",
+            }  # fmt: skip
+            assert ann["image_id"] == q["image_id"] and ann["answer_type"] in tw.ANSWER_TYPES
+            assert [a["answer_id"] for a in ann["answers"]] == list(range(1, 11))
+            assert all(a["answer_confidence"] in ("yes", "maybe") for a in ann["answers"])
+            meta = json.loads(s["json"])
+            assert meta == {
+                "question": q["question"],
+                "question_id": q["question_id"],
+                "image_id": q["image_id"],
+                "answers": [a["answer"] for a in ann["answers"]],
+                "answer_type": ann["answer_type"],
+                "question_type": ann["question_type"],
+                "multiple_choice_answer": ann["multiple_choice_answer"],
+            }
+            image = media[f"{split}{q['image_id']:06d}"]
+            assert s["jpg"] == image["jpg"] and s["regions.npz"] == image["regions.npz"]
+
+
+def test_convert_vqa_reproduces_the_vqa_view(
+    world: tuple[Path, dict], regions: list[dict], tmp_path: Path
+) -> None:
+    """The VQA v2 files + the images + a BUTD TSV, through convert_vqa, give the view's samples."""
+    root, manifest = world
+    images, split = tmp_path / "images", "val"
+    images.mkdir()
+    records = []
+    for s in regions:
+        if s["__key__"].startswith(split):
+            index = int(s["__key__"][len(split) :])
+            (images / f"toy_{index:06d}.jpg").write_bytes(s["jpg"])
+            records.append({"image_id": index, **load_regions(s["regions.npz"])})
+    write_butd_tsv(tmp_path / "regions.tsv", records, layout="lxmert")
+    stats = convert_vqa(
+        root / manifest["vqa"]["questions"][split],
+        root / manifest["vqa"]["annotations"][split],
+        images,
+        tmp_path / "out",
+        split=split,
+        regions_tsv=tmp_path / "regions.tsv",
+        image_name="toy_{image_id:06d}.jpg",
+    )
+    assert stats["skipped"] == {}
+    ours = _read(root, manifest["shards"]["vqa"][split])
+    theirs = _read(Path("/"), stats["shards"])
+    assert [s["__key__"] for s in theirs] == [s["__key__"] for s in ours]
+    for a, b in zip(ours, theirs):
+        assert a["json"] == b["json"] and a["jpg"] == b["jpg"]
+        mine, back = load_regions(a["regions.npz"]), load_regions(b["regions.npz"])
+        assert "probs" not in back  # BUTD TSVs keep no class distribution
+        for name in ("features", "boxes", "image_size", "labels"):
+            np.testing.assert_array_equal(mine[name], back[name])

@@ -36,10 +36,13 @@ def test_tiny_recipe_forward_backward_reaches_every_parameter(recipe, tiny_world
         needs=modality_kinds(model),
         transforms=data_transforms(cfg.model, VocabInfo.from_tokenizer(tok)),
     )
-    # One batch of every source of a mixture (e.g. monolingual MLM and parallel TLM).
-    wanted, batches = {s.name for s in stream.sources}, {}
-    for _, batch in zip(range(50), Loader(stream, 0)):
-        batches.setdefault(batch["__source__"], batch)
+    # One batch of every source of a mixture (e.g. monolingual MLM and parallel TLM) and of
+    # every task of a per-step task mix (UNITER).
+    tasks = list(cfg.model.task_mix) or [None]
+    wanted = {(s.name, t) for s in stream.sources for t in tasks}
+    batches = {}
+    for _, batch in zip(range(100), Loader(stream, 0)):
+        batches.setdefault((batch["__source__"], batch.get("__task__")), batch)
     assert set(batches) == wanted
     model.train()
     for batch in batches.values():
@@ -70,7 +73,13 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world):
         "mbert_base": (85e6, 88e6),
         "xlm_tlm_base": (151e6, 156e6),
         "unicoder_base": (151e6, 156e6),
+        # VisualBERT / UNITER: BERT-base + region embedding (+ heads); ViLBERT 221M and
+        # LXMERT 228M as published include ~24M of word embeddings, and LXMERT its QA head.
+        "visualbert_base": (86e6, 92e6),
+        "uniter_base": (88e6, 96e6),
+        "vilbert_base": (195e6, 225e6),
+        "lxmert_base": (180e6, 210e6),
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
-    widths = {"clip_base": 512, "vilt_base": 768, "mbert_base": 768}
-    assert model.cfg.width == widths.get(recipe.stem, 1024)
+    widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024}
+    assert model.cfg.width == widths.get(recipe.stem, 768)
