@@ -211,6 +211,12 @@ def _demo(args: argparse.Namespace) -> int:
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps, seed=args.seed,
             overrides=args.overrides,
         )  # fmt: skip
+    elif args.study == "vqa":
+        experiments.vqa_study(
+            out, recipes=tuple(args.recipes.split(",")), n_train=args.n_train,
+            n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps,
+            seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
+        )  # fmt: skip
     else:
         experiments.multilingual_study(
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps or 2000,
@@ -330,13 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     xr.set_defaults(fn=_eval_xret)
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
-    de.add_argument("study", nargs="?", default="clip", choices=["clip", "multilingual"])
+    de.add_argument("study", nargs="?", default="clip", choices=["clip", "multilingual", "vqa"])
+    de.add_argument("--recipes", default="uniter_tiny", help="vqa: comma list of VL recipes")
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
     de.add_argument("--n-train", type=int, default=4000)
     de.add_argument("--n-test", type=int, default=500)
     de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
-    de.add_argument("--ft-steps", type=int, default=600, help="fine-tuning steps (multilingual)")
+    de.add_argument("--ft-steps", type=int, default=400, help="fine-tuning steps")
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

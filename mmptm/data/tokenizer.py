@@ -510,10 +510,17 @@ def _json_texts(obj: Any, languages: set[str]) -> Iterator[str]:
         for t in texts:
             if isinstance(t, str):
                 yield from _lines(t)
+    # The other sample formats' text fields: NLI pairs, VQA questions (see data/decode.py).
+    if isinstance(obj.get("language"), str):
+        languages.add(obj["language"])
+    for key in ("premise", "hypothesis", "question"):
+        if isinstance(obj.get(key), str):
+            yield from _lines(obj[key])
 
 
 def _read_shard(path: Path, languages: set[str]) -> Iterator[str]:
-    """Sentences of a webdataset shard: ``txt`` members and captions/texts of ``json`` ones."""
+    """Sentences of a webdataset shard: ``txt`` members and the text fields of ``json`` ones
+    (captions, parallel texts, NLI premise/hypothesis, VQA questions)."""
     try:
         # Opened apart from the `with` below: failing to open is an error, failing later a warning.
         tar = tarfile.open(path, "r:*")  # noqa: SIM115

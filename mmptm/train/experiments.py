@@ -27,12 +27,20 @@ log = logging.getLogger(__name__)
 LANGS = ("en", "de", "fr", "ru", "es")
 
 
-def _prepare(out: Path, n_train: int, n_test: int, seed: int, languages, vocab_size: int) -> Path:
+def _prepare(
+    out: Path,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    languages,
+    vocab_size: int,
+    views=("image_text",),
+) -> Path:
     data = out / "toyworld"
     toyworld.generate(
         data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed, languages=languages
     )
-    shards = sorted((data / "image_text").glob("train-*.tar"))
+    shards = sorted(p for view in views for p in (data / view).glob("train-*.tar"))
     train_tokenizer(shards, data / "tokenizer", vocab_size=vocab_size, seed=seed)
     return data
 
@@ -134,4 +142,68 @@ def multilingual_study(
     print(format_accuracy(xret))
     print(f"\n(b) zero-shot XNLI accuracy (fine-tuned on en), mean of {len(seeds)} seeds:")
     print(format_accuracy(xnli))
+    return result
+
+
+def vqa_study(
+    out: Path,
+    *,
+    recipes: tuple[str, ...] = ("uniter_tiny",),
+    n_train: int = 4000,
+    n_test: int = 500,
+    steps: int = 1000,
+    ft_steps: int = 400,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    seed: int = 0,
+    retrieval_items: int = 100,
+    overrides=(),
+) -> dict[str, Any]:
+    """Per VL recipe: retrieval after pre-training, and VQA accuracy of fine-tuning from the
+    pre-trained weights vs. from scratch (same shape, same fine-tuning budget), over seeds."""
+    from mmptm.cli import main as cli
+
+    data = _prepare(out, n_train, n_test, seed, ("en",), 1000, views=("image_text", "vqa"))
+    answers = data / "vqa" / "answers.txt"
+    cli(["data", "answers", "--input", f"{data}/vqa/train-*.tar", "--out", str(answers),
+         "--min-count", "9"])  # fmt: skip
+    paths = [f"data.tokenizer={data}/tokenizer.model"] + [
+        f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
+    ]
+    result: dict[str, Any] = {"retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {}}
+    for recipe in recipes:
+        run = out / recipe
+        cfg = load_run_config(
+            f"configs/pretrain/{recipe}.yaml",
+            [f"output_dir={run}", f"train.max_steps={steps}", f"seed={seed}", *paths, *overrides],
+        )
+        pretrain(cfg)
+        result["retrieval"][recipe] = evaluate_retrieval(
+            str(run), split="test", max_items=retrieval_items
+        )
+        for name, init in (("pre-trained", []), ("from scratch", ["init_mode=architecture"])):
+            scores = []
+            for s in seeds:
+                ft = out / f"vqa_{recipe}_{name.replace(' ', '_')}_{s}"
+                cfg = load_run_config(
+                    "configs/finetune/vqa.yaml",
+                    [f"init={run}", *init, f"output_dir={ft}", f"seed={s}",
+                     f"train.max_steps={ft_steps}", f"data.train={data}/vqa/train-*.tar",
+                     f"data.test={data}/vqa/test-*.tar", f"model.objectives.vqa.answers={answers}"],
+                )  # fmt: skip
+                pretrain(cfg)
+                from mmptm.eval.vqa import evaluate_vqa
+
+                scores.append(evaluate_vqa(str(ft), split="test")["accuracy"])
+            key = f"{recipe} {name}"
+            result["vqa_per_seed"][key] = scores
+            result["vqa_mean"][key] = statistics.mean(scores)
+    result["settings"] = {"n_train": n_train, "steps": steps, "ft_steps": ft_steps,
+                          "seeds": list(seeds), "retrieval_items": retrieval_items}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+    print(f"\nimage↔text retrieval on {retrieval_items} test pairs (ITM scores every pair):")
+    print(format_table(result["retrieval"]))
+    print(f"\nVQA accuracy (official soft score, %), mean of {len(seeds)} fine-tuning seeds:")
+    for key, acc in result["vqa_mean"].items():
+        runs = ", ".join(f"{a:.1f}" for a in result["vqa_per_seed"][key])
+        print(f"  {key:<28} {acc:5.1f}   ({runs})")
     return result
