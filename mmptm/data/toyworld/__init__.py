@@ -1,0 +1,282 @@
+"""toyworld: the embedded default data set, generated from a seed instead of downloaded.
+
+A *scene* is a handful of coloured shapes on a light background. The pipeline is kept in
+separate stages so later views (VQA, detector features, video, sound, knowledge graph) can be
+added without touching the others::
+
+    sample_scene (layout) -> render (pixels) -> describe (captions) -> VIEWS (shard writers)
+
+Views, each written for every split and requested language:
+
+- ``image_text``: img2dataset-style ``jpg`` + ``txt`` + ``json`` (annotations, all captions)
+- ``parallel``: one sample per scene and language pair, ``json`` = {languages, texts}
+- ``mono``: monolingual text, one shard set per language: ``mono/{split}-{lang}-%06d.tar``
+- ``nli``: premise (caption of the first k objects) / hypothesis (one claim about an object)
+  pairs labelled entailment, neutral or contradiction, translations sharing a pair id.
+  Written as the real corpora ship (XNLI 1.0 TSV; MultiNLI and XNLI-MT translate-train
+  TSVs for train), then converted to ``nli/{split}-{lang}-%06d.tar`` by
+  :func:`mmptm.data.converters.convert_xnli`.
+- ``regions``: the ``image_text`` samples (same keys and members) plus ``regions.npz``, what
+  a bottom-up-attention detector would give: one region per object (no whole-image region),
+  its box, a frozen random CNN's RoI feature, a noisy class distribution over SHAPES and the
+  true shape id (see :func:`detect`).
+- ``vqa``: 2-3 questions per scene with ten annotators' answers, written as VQA v2 ships
+  (``v2_OpenEnded_toyworld_{split}_questions.json`` + ``v2_toyworld_{split}_annotations.json``)
+  and as ``vqa/{split}-%06d.tar`` samples (``jpg``, ``regions.npz``, ``json``): what
+  :func:`mmptm.data.converters_vl.convert_vqa` makes of those files, the images and the
+  regions as a BUTD TSV (tested; the TSV drops only ``probs``). Written directly, which
+  spares putting every image on disk just to read it back.
+
+Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
+depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
+
+Modules, in pipeline order:
+
+- :mod:`~mmptm.data.toyworld.scene`: labels and constants, :class:`Obj`, :class:`Scene`,
+  :func:`sample_scene`, relations, locations, boxes, :func:`render`, :func:`encode_jpeg`
+- :mod:`~mmptm.data.toyworld.language`: :data:`LEXICON`, the grammar behind
+  :func:`describe` / :func:`captions`, NLI pairs and their text (:func:`nli_pairs`,
+  :func:`state`, :func:`nli_text`)
+- :mod:`~mmptm.data.toyworld.detector`: the frozen seeded CNN behind ``regions.npz``
+  (:func:`roi_features`, :func:`detect`)
+- :mod:`~mmptm.data.toyworld.vqa`: VQA questions and annotators' answers
+  (:func:`vqa_questions`), the VQA v2 files' names and contents
+- :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS`, the shard writers, :class:`ViewSettings`
+- this package: :func:`generate` and the manifest; every name above is re-exported here
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mmptm.data.toyworld.detector import (
+    _ROI_SIZE,
+    DETECTOR_FEATURES,
+    DETECTOR_SEED,
+    detect,
+    roi_features,
+)
+from mmptm.data.toyworld.language import (
+    LANGUAGES,
+    LEXICON,
+    NLI_LABELS,
+    OPPOSITE,
+    Claim,
+    NliPair,
+    captions,
+    describe,
+    lexicon_forms,
+    nli_pairs,
+    nli_text,
+    state,
+)
+from mmptm.data.toyworld.scene import BACKGROUND as BACKGROUND
+from mmptm.data.toyworld.scene import (
+    COLORS,
+    GENERATOR_VERSION,
+    LOCATIONS,
+    RELATIONS,
+    SHAPES,
+    SIZES,
+    SPLITS,
+    Obj,
+    Scene,
+    encode_jpeg,
+    location,
+    object_box,
+    relation,
+    relations,
+    render,
+    sample_scene,
+)
+from mmptm.data.toyworld.scene import DOMINANCE as DOMINANCE
+from mmptm.data.toyworld.scene import EDGE as EDGE
+from mmptm.data.toyworld.scene import GAP as GAP
+from mmptm.data.toyworld.scene import GRID_MARGIN as GRID_MARGIN
+from mmptm.data.toyworld.scene import JPEG_QUALITY as JPEG_QUALITY
+from mmptm.data.toyworld.scene import N_OBJECTS_P as N_OBJECTS_P
+from mmptm.data.toyworld.scene import NOISE as NOISE
+from mmptm.data.toyworld.scene import SUPERSAMPLE as SUPERSAMPLE
+from mmptm.data.toyworld.views import (
+    VIEWS,
+    ViewOutput,
+    ViewSettings,
+    _write_atomic,
+    scene_record,
+)
+from mmptm.data.toyworld.views import write_image_text as write_image_text
+from mmptm.data.toyworld.views import write_mono as write_mono
+from mmptm.data.toyworld.views import write_nli as write_nli
+from mmptm.data.toyworld.views import write_parallel as write_parallel
+from mmptm.data.toyworld.views import write_regions as write_regions
+from mmptm.data.toyworld.views import write_vqa as write_vqa
+from mmptm.data.toyworld.vqa import ANSWER_TYPES, VqaQuestion, vqa_file_names, vqa_questions
+
+# The ``X as X`` imports above re-export names outside __all__ that were importable from here
+# before the split (the tests use some).
+__all__ = [
+    "ANSWER_TYPES",
+    "COLORS",
+    "DETECTOR_FEATURES",
+    "DETECTOR_SEED",
+    "GENERATOR_VERSION",
+    "LANGUAGES",
+    "LEXICON",
+    "LOCATIONS",
+    "NLI_LABELS",
+    "OPPOSITE",
+    "RELATIONS",
+    "SHAPES",
+    "SIZES",
+    "SPLITS",
+    "VIEWS",
+    "Claim",
+    "NliPair",
+    "Obj",
+    "Scene",
+    "ViewOutput",
+    "ViewSettings",
+    "VqaQuestion",
+    "captions",
+    "describe",
+    "detect",
+    "encode_jpeg",
+    "generate",
+    "lexicon_forms",
+    "location",
+    "nli_pairs",
+    "nli_text",
+    "object_box",
+    "relation",
+    "relations",
+    "render",
+    "roi_features",
+    "sample_scene",
+    "scene_record",
+    "state",
+    "vqa_file_names",
+    "vqa_questions",
+]
+
+
+def _check_args(
+    counts: dict[str, int], languages: Sequence[str], image_size: int, shard_size: int
+) -> None:
+    for split, n in counts.items():
+        if n < 0:
+            raise ValueError(f"n_{split} must be >= 0, got {n}")
+    if not languages:
+        raise ValueError("at least one language is needed")
+    unknown = [lang for lang in languages if lang not in LEXICON]
+    if unknown:
+        raise ValueError(f"unknown language(s) {unknown}; choices: {', '.join(LANGUAGES)}")
+    if len(set(languages)) != len(languages):
+        raise ValueError(f"languages repeat: {list(languages)}")
+    if image_size < 16:
+        raise ValueError(f"image_size must be >= 16, got {image_size}")
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+
+
+def generate(
+    out_dir: str | os.PathLike[str],
+    *,
+    n_train: int = 4000,
+    n_val: int = 500,
+    n_test: int = 500,
+    seed: int = 0,
+    languages: Sequence[str] = ("en", "de", "fr", "ru"),
+    image_size: int = 64,
+    shard_size: int = 1000,
+) -> dict[str, Any]:
+    """Write the toyworld data set under ``out_dir`` and return its manifest.
+
+    Layout: ``{view}/{split}-{shard:06d}.tar`` for ``image_text``, ``parallel``, ``regions``
+    and ``vqa``,
+    ``{view}/{split}-{lang}-{shard:06d}.tar`` for ``mono`` and ``nli`` (listed per language
+    under the manifest's ``by_language``), the NLI TSVs ``nli/xnli.{split}.tsv``,
+    ``nli/multinli_1.0_train.txt`` and ``nli/multinli.train.{lang}.tsv``, the VQA v2 files
+    ``vqa/v2_OpenEnded_toyworld_{split}_questions.json`` and
+    ``vqa/v2_toyworld_{split}_annotations.json``, ``text/{lang}.txt``
+    (train captions, one per line) and ``manifest.json`` (written last, so its presence means
+    the data set is complete).
+    """
+    counts = {"train": n_train, "val": n_val, "test": n_test}
+    languages = tuple(languages)
+    _check_args(counts, languages, image_size, shard_size)
+    out = Path(out_dir)
+    cfg = ViewSettings(languages=languages, image_size=image_size)
+    shards: dict[str, dict[str, list[str]]] = {view: {} for view in VIEWS}
+    samples: dict[str, dict[str, int]] = {view: {} for view in VIEWS}
+    by_language: dict[str, dict[str, dict[str, Any]]] = {}
+    for split, n in counts.items():
+        scenes = [sample_scene(seed, split, i) for i in range(n)]
+        for view, write in VIEWS.items():
+            view_out = ViewOutput(out / view, split, shard_size)
+            write(scenes, view_out, cfg)
+            written = {Path(p) for paths in view_out.shards.values() for p in paths}
+            # a previous, larger run may have left more shards (or other languages); globbing
+            # readers would mix them in
+            ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
+            for old in (out / view).glob(f"{split}-*.tar"):
+                if ours.fullmatch(old.name) and old not in written:
+                    old.unlink()
+
+            def rel(paths: list[str]) -> list[str]:
+                return [Path(p).relative_to(out).as_posix() for p in paths]
+
+            shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
+            samples[view][split] = sum(view_out.samples.values())
+            if None not in view_out.shards:
+                by_language.setdefault(view, {})[split] = {
+                    lang: {"shards": rel(view_out.shards[lang]), "samples": view_out.samples[lang]}
+                    for lang in view_out.shards
+                }
+        if split == "train":
+            for lang in languages:
+                lines = "".join(describe(s, lang) + "\n" for s in scenes)
+                _write_atomic(out / "text" / f"{lang}.txt", lines)
+    manifest = {
+        "generator": "toyworld",
+        "version": GENERATOR_VERSION,
+        "seed": seed,
+        "languages": list(languages),
+        "image_size": image_size,
+        "shard_size": shard_size,
+        "counts": counts,
+        "samples": samples,
+        "shards": shards,
+        "by_language": by_language,
+        "text": {lang: f"text/{lang}.txt" for lang in languages},
+        "nli": {
+            "xnli": {split: f"nli/xnli.{split}.tsv" for split in counts},
+            "multinli": "nli/multinli_1.0_train.txt" if "en" in languages else None,
+            "translate_train": {lang: f"nli/multinli.train.{lang}.tsv" for lang in languages},
+        },
+        "vqa": {
+            kind: {split: f"vqa/{vqa_file_names(split)[i]}" for split in counts}
+            for i, kind in enumerate(("questions", "annotations"))
+        },
+        "detector": {
+            "classes": list(SHAPES),
+            "feature_dim": DETECTOR_FEATURES,
+            "roi_size": _ROI_SIZE,
+            "seed": DETECTOR_SEED,
+        },
+        "labels": {
+            "shapes": list(SHAPES),
+            "colors": list(COLORS),
+            "sizes": list(SIZES),
+            "relations": list(RELATIONS),
+            "locations": list(LOCATIONS),
+            "nli": list(NLI_LABELS),
+            "answer_types": list(ANSWER_TYPES),
+        },
+    }
+    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest

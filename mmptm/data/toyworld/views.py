@@ -1,0 +1,226 @@
+"""The views: each turns the scenes of one split into samples, through a ViewOutput.
+
+:data:`VIEWS` maps a view's name to its writer; :func:`mmptm.data.toyworld.generate` runs
+every writer for every split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
+from mmptm.data.shards import ShardWriter
+from mmptm.data.toyworld.detector import _detections
+from mmptm.data.toyworld.language import captions, describe, nli_pairs, nli_text
+from mmptm.data.toyworld.scene import COLORS, SHAPES, Scene, _jpegs, location, object_box, relations
+from mmptm.data.toyworld.vqa import _vqa_files, _vqa_record, vqa_file_names, vqa_questions
+
+
+def scene_record(scene: Scene, image_size: int, languages: Sequence[str]) -> dict[str, Any]:
+    """The ``json`` member of an image-text sample."""
+    return {
+        "key": scene.key,
+        "split": scene.split,
+        "width": image_size,
+        "height": image_size,
+        "captions": captions(scene, languages),
+        "objects": [
+            {
+                "shape": o.shape,
+                "color": o.color,
+                "size": o.size,
+                "label": SHAPES.index(o.shape),
+                "color_label": list(COLORS).index(o.color),
+                "box": object_box(o),
+                "location": location(o),
+            }
+            for o in scene.objects
+        ],
+        "relations": [{"subject": i, "relation": r, "object": j} for i, r, j in relations(scene)],
+    }
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    """What every view needs besides the scenes."""
+
+    languages: tuple[str, ...]
+    image_size: int
+
+
+class ViewOutput:
+    """Where one view writes one split: shard sets under ``root``, plain or one per language."""
+
+    def __init__(self, root: Path, split: str, shard_size: int) -> None:
+        self.root, self.split, self.shard_size = root, split, shard_size
+        self.shards: dict[str | None, list[str]] = {}
+        self.samples: dict[str | None, int] = {}
+
+    @contextmanager
+    def writer(self, language: str | None = None) -> Iterator[ShardWriter]:
+        """A writer of ``{split}-%06d.tar``, or ``{split}-{language}-%06d.tar``."""
+        name = self.split if language is None else f"{self.split}-{language}"
+        with ShardWriter(self.root / f"{name}-%06d.tar", self.shard_size) as writer:
+            yield writer
+        self.add(language, writer.shards, writer.count)
+
+    def add(self, language: str | None, shards: Sequence[str], count: int) -> None:
+        """Record a shard set written by someone else (a converter)."""
+        self.shards[language] = [os.fspath(p) for p in shards]
+        self.samples[language] = count
+
+
+@lru_cache(maxsize=1)
+def _records(
+    scenes: tuple[Scene, ...], image_size: int, languages: tuple[str, ...]
+) -> tuple[dict[str, Any], ...]:
+    """scene_record per scene, shared by image_text and regions; callers must not mutate."""
+    return tuple(scene_record(s, image_size, languages) for s in scenes)
+
+
+def write_image_text(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """img2dataset-style samples: ``jpg``, ``txt`` (primary caption), ``json`` (annotations)."""
+    primary = _primary(cfg)
+    jpgs = _jpegs(tuple(scenes), cfg.image_size)
+    records = _records(tuple(scenes), cfg.image_size, cfg.languages)
+    with out.writer() as writer:
+        for scene, jpg, record in zip(scenes, jpgs, records):
+            txt = record["captions"][primary]
+            writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record})
+
+
+def write_parallel(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """One sample per scene and unordered language pair: the scene's two captions."""
+    pairs = list(itertools.combinations(cfg.languages, 2))
+    with out.writer() as writer:
+        for scene in scenes:
+            caps = captions(scene, cfg.languages)
+            for a, b in pairs:
+                writer.write(
+                    {
+                        "__key__": f"{scene.key}_{a}_{b}",
+                        "json": {
+                            "scene": scene.key,
+                            "languages": [a, b],
+                            "texts": [caps[a], caps[b]],
+                        },
+                    }
+                )
+
+
+def write_mono(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """Monolingual text, one shard set per language (so sources can be sampled by size)."""
+    for lang in cfg.languages:
+        with out.writer(lang) as writer:
+            for scene in scenes:
+                meta = {"language": lang}
+                writer.write(
+                    {"__key__": f"{scene.key}_{lang}", "txt": describe(scene, lang), "json": meta}
+                )
+
+
+_MNLI_COLUMNS = XNLI_COLUMNS[1:]
+
+
+def _tsv_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "".join("\t".join(r) + "\n" for r in [header, *rows])
+
+
+def write_nli(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """NLI pairs in every language, as the corpora ship them, then shards via ``convert_xnli``.
+
+    Writes ``xnli.{split}.tsv`` (XNLI 1.0 layout, all languages); for train also
+    ``multinli_1.0_train.txt`` (MultiNLI layout, English) and ``multinli.train.{lang}.tsv``
+    (XNLI-MT translate-train layout). Shards: ``{split}-{lang}-%06d.tar``.
+    """
+    pairs = [(scene, pair) for scene in scenes for pair in nli_pairs(scene)]
+    texts = {lang: [nli_text(scene, pair, lang) for scene, pair in pairs] for lang in cfg.languages}
+    xnli = [
+        [lang, p.label, "", "", "", "", premise, hypo, s.key, p.pair_id, "toyworld", *[p.label] * 5]
+        for lang in cfg.languages
+        for (s, p), (premise, hypo) in zip(pairs, texts[lang])
+    ]
+    tsv = out.root / f"xnli.{out.split}.tsv"
+    _write_atomic(tsv, _tsv_text(XNLI_COLUMNS, xnli))
+    if out.split == "train":
+        mnli = [row[1:] for row in xnli if row[0] == "en"]
+        path = out.root / "multinli_1.0_train.txt"
+        if "en" in cfg.languages:
+            _write_atomic(path, _tsv_text(_MNLI_COLUMNS, mnli))
+        elif path.exists():
+            path.unlink()
+        for old in out.root.glob("multinli.train.*.tsv"):
+            if old.name.split(".")[2] not in cfg.languages:
+                old.unlink()
+        for lang in cfg.languages:
+            rows = [
+                [premise, hypo, "contradictory" if p.label == "contradiction" else p.label]
+                for (_, p), (premise, hypo) in zip(pairs, texts[lang])
+            ]
+            path = out.root / f"multinli.train.{lang}.tsv"
+            _write_atomic(path, _tsv_text(("premise", "hypo", "label"), rows))
+    stats = convert_xnli(tsv, out.root, split=out.split, shard_size=out.shard_size)
+    for lang in cfg.languages:
+        got = stats["languages"].get(lang, {"shards": [], "written": 0})
+        out.add(lang, got["shards"], got["written"])
+
+
+def _primary(cfg: ViewSettings) -> str:
+    return "en" if "en" in cfg.languages else cfg.languages[0]
+
+
+def write_regions(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """The ``image_text`` samples (same keys, same bytes) plus ``regions.npz`` (see detect)."""
+    primary = _primary(cfg)
+    media = _detections(tuple(scenes), cfg.image_size)
+    records = _records(tuple(scenes), cfg.image_size, cfg.languages)
+    with out.writer() as writer:
+        for scene, (jpg, npz), record in zip(scenes, media, records):
+            txt = record["captions"][primary]
+            sample = {"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record}
+            writer.write({**sample, "regions.npz": npz})
+
+
+def write_vqa(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """VQA v2 questions/annotations JSON files and ``{split}-%06d.tar`` samples.
+
+    Samples (key = question id) hold ``jpg``, ``regions.npz`` (as in the regions view) and
+    the VQA ``json``, the members ``convert_vqa`` gives for the JSON files plus the images
+    and region features.
+    """
+    items = [(scene, q) for scene in scenes for q in vqa_questions(scene)]
+    for name, content in zip(vqa_file_names(out.split), _vqa_files(out.split, items)):
+        _write_atomic(out.root / name, json.dumps(content, ensure_ascii=False) + "\n")
+    media = dict(zip((s.key for s in scenes), _detections(tuple(scenes), cfg.image_size)))
+    with out.writer() as writer:
+        for scene, q in items:
+            jpg, npz = media[scene.key]
+            record = _vqa_record(scene, q)
+            writer.write(
+                {"__key__": str(q.question_id), "jpg": jpg, "regions.npz": npz, "json": record}
+            )
+
+
+VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], None]] = {
+    "image_text": write_image_text,
+    "parallel": write_parallel,
+    "mono": write_mono,
+    "nli": write_nli,
+    "regions": write_regions,
+    "vqa": write_vqa,
+}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
