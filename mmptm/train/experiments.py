@@ -84,7 +84,7 @@ def multilingual_study(
     n_train: int = 4000,
     n_test: int = 500,
     steps: int = 2000,
-    ft_steps: int = 600,
+    ft_steps: int = 1500,
     seeds: tuple[int, ...] = (0, 1, 2),
     seed: int = 0,
     overrides=(),
