@@ -47,25 +47,32 @@ XNLI_COLUMNS = (  # XNLI 1.0 dev/test; MultiNLI has the same without "language"
 )
 # fmt: on
 _LABEL_ALIASES = {"contradictory": "contradiction"}  # XNLI-MT's spelling
-_MAX_LINES = 100  # skipped line numbers kept (and warned about) per reason
+_MAX_LINES = 100  # skipped lines / items kept (and warned about) per reason
 _CODE = re.compile(r"[A-Za-z0-9_-]+")  # a language code goes into file names and keys
 
 
-class _Stats:
-    """Counts what was written and why lines were skipped, for the summary and the caller."""
+class SkipStats:
+    """Counts what a converter wrote and why inputs were skipped, for the log and the caller.
 
-    def __init__(self, source: str) -> None:
+    A skip names where it happened: a line number (``file:line`` in the log) or an item
+    such as a file name or question id; the result lists them under ``skipped_<named>``.
+    """
+
+    def __init__(self, source: str, named: str = "lines") -> None:
         self.source = source
+        self.named = named
         self.written = 0
         self.skipped: dict[str, int] = {}
-        self.lines: dict[str, list[int]] = {}
+        self.where: dict[str, list[int | str]] = {}
 
-    def skip(self, reason: str, line: int, *, warn: bool = True) -> None:
+    def skip(self, reason: str, where: int | str, *, warn: bool = True) -> None:
         n = self.skipped[reason] = self.skipped.get(reason, 0) + 1
         if n <= _MAX_LINES:
-            self.lines.setdefault(reason, []).append(line)
+            self.where.setdefault(reason, []).append(where)
             if warn:
-                log.warning("%s:%d: skipped (%s)", self.source, line, reason)
+                sep = ":" if isinstance(where, int) else ": "
+                at = f"{self.source}{sep}{where}"
+                log.warning("%s: skipped (%s)", at, reason)
 
     def result(self, shards: list[str], **extra: Any) -> dict[str, Any]:
         summary = f"wrote {self.written} samples in {len(shards)} shards"
@@ -73,7 +80,7 @@ class _Stats:
         return {
             "written": self.written,
             "skipped": dict(self.skipped),
-            "skipped_lines": {k: list(v) for k, v in self.lines.items()},
+            f"skipped_{self.named}": {k: list(v) for k, v in self.where.items()},
             "shards": list(shards),
             **extra,
         }
@@ -114,7 +121,7 @@ def convert_parallel_files(
     counts = [sum(1 for _ in _lines(p)) for p in (src, tgt)]
     if counts[0] != counts[1]:
         raise ValueError(f"line counts differ: {src} has {counts[0]} lines, {tgt} has {counts[1]}")
-    stats = _Stats(f"{src} + {tgt}")
+    stats = SkipStats(f"{src} + {tgt}")
     with ShardWriter(Path(out_dir) / f"{split}-{l1}-{l2}-%06d.tar", shard_size) as writer:
         for (n, a), (_, b) in zip(_lines(src), _lines(tgt)):
             if not a or not b:
@@ -136,7 +143,7 @@ def convert_parallel_tsv(
 ) -> dict[str, Any]:
     """Tab-separated pairs (first two columns; Tatoeba / OPUS TSV) to parallel shards."""
     l1, l2 = _code(langs[0]), _code(langs[1])
-    stats = _Stats(os.fspath(tsv))
+    stats = SkipStats(os.fspath(tsv))
     with ShardWriter(Path(out_dir) / f"{split}-{l1}-{l2}-%06d.tar", shard_size) as writer:
         for n, row in _tsv(tsv):
             if len(row) < 2:
@@ -162,7 +169,7 @@ def convert_monolingual(
 ) -> dict[str, Any]:
     """One sentence per line (blank lines skipped) to ``{split}-{lang}-%06d.tar``."""
     lang = _code(lang)
-    stats = _Stats(os.fspath(path))
+    stats = SkipStats(os.fspath(path))
     with ShardWriter(Path(out_dir) / f"{split}-{lang}-%06d.tar", shard_size) as writer:
         for n, text in _lines(path):
             if not text:
@@ -211,7 +218,7 @@ def convert_xnli(
         raise ValueError(f"{tsv}: empty file, no NLI header") from None
     fmt, col = _nli_columns(header, tsv)
     need = max(i for i in col.values() if i is not None)
-    stats = _Stats(os.fspath(tsv))
+    stats = SkipStats(os.fspath(tsv))
     writers: dict[str, ShardWriter] = {}
     written: dict[str, int] = {}
     seen: dict[str, set[str]] = {}

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from mmptm.data.converters import SkipStats
 from mmptm.data.shards import ShardWriter
 
 __all__ = [
@@ -73,34 +74,6 @@ _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_QUALITY = 95  # only for images that were not JPEGs to begin with
 # Any fixed date >= 1980 works; numpy's own savez stamps the current time
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-
-
-class _Stats:
-    """Counts what was written and why items were skipped, for the summary and the caller."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.written = 0
-        self.skipped: dict[str, int] = {}
-        self.items: dict[str, list[str]] = {}
-
-    def skip(self, reason: str, what: str, *, warn: bool = True) -> None:
-        n = self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        if n <= _MAX_ITEMS:
-            self.items.setdefault(reason, []).append(what)
-            if warn:
-                log.warning("%s: %s: skipped (%s)", self.source, what, reason)
-
-    def result(self, shards: list[str], **extra: Any) -> dict[str, Any]:
-        summary = f"wrote {self.written} samples in {len(shards)} shards"
-        log.info("%s: %s; skipped %s", self.source, summary, self.skipped or "nothing")
-        return {
-            "written": self.written,
-            "skipped": dict(self.skipped),
-            "skipped_items": {k: list(v) for k, v in self.items.items()},
-            "shards": list(shards),
-            **extra,
-        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +289,7 @@ class _RegionIndex:
     A COCO-sized TSV holds tens of GB of features; keeping one offset per image is cheap.
     """
 
-    def __init__(self, path: PathLike, stats: _Stats) -> None:
+    def __init__(self, path: PathLike, stats: SkipStats) -> None:
         self.path = os.fspath(path)
         self.rows: dict[int | str, tuple[int, int]] = {}  # id -> (offset, line)
         with open(self.path, "rb") as f:
@@ -459,7 +432,7 @@ def convert_coco_captions(
     data = _load_json(captions_json, "images")
     if not isinstance(data.get("annotations"), list):
         raise ValueError(f"{captions_json}: expected a list under 'annotations'")
-    stats = _Stats(os.fspath(captions_json))
+    stats = SkipStats(os.fspath(captions_json), "items")
     images: dict[Any, dict[str, Any]] = {}
     for i, img in enumerate(data["images"]):
         if not isinstance(img, dict) or "id" not in img or not img.get("file_name"):
@@ -556,7 +529,7 @@ def convert_vqa(
             f"bad image_name {image_name!r} ({exc}); fields: image_id, split, data_subtype"
         ) from None
     annotations: dict[Any, dict[str, Any]] | None = None
-    stats = _Stats(os.fspath(questions_json))
+    stats = SkipStats(os.fspath(questions_json), "items")
     if annotations_json is not None:
         annotations = {}
         for i, ann in enumerate(_load_json(annotations_json, "annotations")["annotations"]):
