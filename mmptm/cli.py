@@ -343,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--n-test", type=int, default=500)
     de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
-    de.add_argument("--ft-steps", type=int, default=400, help="fine-tuning steps")
+    de.add_argument("--ft-steps", type=int, default=1500, help="fine-tuning steps")
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

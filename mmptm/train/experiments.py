@@ -152,7 +152,7 @@ def vqa_study(
     n_train: int = 4000,
     n_test: int = 500,
     steps: int = 1000,
-    ft_steps: int = 400,
+    ft_steps: int = 1500,
     seeds: tuple[int, ...] = (0, 1, 2),
     seed: int = 0,
     retrieval_items: int = 100,
