@@ -17,11 +17,16 @@ import os
 import platform
 import statistics
 import subprocess
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import time_interleaved
 
 from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
@@ -242,27 +247,18 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("an init loss is not finite or is more than 2 nats from ln(V)")
 
     steps = step_fns(mm, hf, autocast)
-    for name, fn in steps.items():
-        # at least one untimed step: the first step allocates optimiser state
-        for i in range(max(args.warmup, 1)):
-            loss = fn(batches[i % len(batches)])
-        sync()
-        if not math.isfinite(float(loss)):
-            raise SystemExit(f"{name}: non-finite loss after warmup")
-
-    rates: dict[str, list[float]] = {name: [] for name in steps}
-    for r in range(args.rounds):
-        line = []
-        for name, fn in steps.items():
-            sync()
-            t0 = time.perf_counter()
-            for i in range(args.steps):
-                fn(batches[i % len(batches)])
-            sync()
-            dt = time.perf_counter() - t0
-            rates[name].append(args.steps * args.batch / dt)
-            line.append(f"{name}={rates[name][-1]:7.1f}")
-        print(f"round {r + 1}/{args.rounds}: samples/s " + "  ".join(line))
+    for name, fn in steps.items():  # a non-finite loss after warmup means a broken step
+        if not math.isfinite(float(fn(batches[0]))):
+            raise SystemExit(f"{name}: non-finite loss")
+    rates = time_interleaved(
+        steps,
+        batches,
+        batch_size=args.batch,
+        rounds=args.rounds,
+        steps_per_round=args.steps,
+        warmup=args.warmup,
+        sync=sync,
+    )
 
     med = {name: statistics.median(v) for name, v in rates.items()}
     flops = {
