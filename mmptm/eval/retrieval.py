@@ -135,12 +135,10 @@ def similarity(
     img, txt = [], []
     for s in range(0, n, batch_size):
         idx = torch.arange(s, min(s + batch_size, n))
-        img.append(
-            contrastive.embed(model.fuse(move_to(_side(data, IMAGE_KEYS, idx), device)), "image")
-        )
-        txt.append(
-            contrastive.embed(model.fuse(move_to(_side(data, TEXT_KEYS, idx), device)), "text")
-        )
+        for keys, dest in ((IMAGE_KEYS, img), (TEXT_KEYS, txt)):
+            out = model.fuse(move_to(_side(data, keys, idx), device))
+            (side,) = [m for m in contrastive.cfg.modalities if m in out.hidden]
+            dest.append(contrastive.embed(out, side))
     first = (torch.cat(img) @ torch.cat(txt).T).cpu()
     if itm is None or rerank_k <= 0:
         return first, first

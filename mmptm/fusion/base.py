@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -14,11 +15,19 @@ class FusionOutput:
     ``hidden[m]`` is [B,N_m,D] and ``mask[m]`` [B,N_m] for each modality m in the batch;
     ``pooled[m]`` is [B,D]. Fusion modules with cross-modal layers also give
     ``pooled["joint"]``: the pooled vector of the pair (ITM, VQA heads read it).
+
+    ``unimodal[m]`` [B,D] is modality m pooled *before* any cross-modal layer (what an
+    ALBEF-style contrastive loss aligns ahead of fusion); ``PretrainModel.fuse`` fills it
+    with the pooled encoder tokens where the fusion module has no unimodal stage of its own.
+    ``repair(rows)`` fuses again with modality m's rows taken at ``rows[m]`` (index [B'],
+    any length) without re-encoding: the pairs of hard negatives.
     """
 
     hidden: dict[str, torch.Tensor]
     mask: dict[str, torch.Tensor]
     pooled: dict[str, torch.Tensor]
+    unimodal: dict[str, torch.Tensor] = field(default_factory=dict)
+    repair: Callable[[dict[str, torch.Tensor]], FusionOutput] | None = None
 
 
 def pool(x_BND: torch.Tensor, mask_BN: torch.Tensor, how: str) -> torch.Tensor:

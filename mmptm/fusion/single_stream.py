@@ -2,12 +2,14 @@
 
 Modalities are concatenated in the order the recipe lists the encoders, run through one
 stack with a joint key-padding mask, and split back. With the text encoder alone it is a
-BERT/XLM-R encoder.
+BERT/XLM-R encoder. ``unimodal_layers`` puts a Transformer tower per modality in front of
+the joint stack ("dual, then fusion", as ALBEF): ``unimodal[m]`` pools the tower's output,
+so a contrastive objective can align the modalities before they meet.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
@@ -28,17 +30,49 @@ class SingleStreamFusion(nn.Module):
         transformer: TransformerConfig = field(default_factory=TransformerConfig)
         #: BERT pooler (Linear + tanh) on the first token for ``pooled["joint"]``
         pooler: bool = True
-        #: pooling of each modality's own ``pooled[m]``: first | mean
+        #: pooling of each modality's own ``pooled[m]`` and ``unimodal[m]``: first | mean
         modality_pooling: str = "mean"
+        #: per-modality tower layers before the joint stack, e.g. {text: 2, regions: 1}
+        #: (same heads/dropout as ``transformer``); modalities not named have none
+        unimodal_layers: dict[str, int] = field(default_factory=dict)
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
+    def __init__(
+        self, cfg: Config, *, width: int, modalities: list[str] | None = None, **_: object
+    ) -> None:
         super().__init__()
         self.cfg = cfg
+        unknown = set(cfg.unimodal_layers) - set(modalities or cfg.unimodal_layers)
+        if unknown:
+            raise ValueError(
+                f"single_stream.unimodal_layers names {sorted(unknown)}, which have no encoder; "
+                f"encoders: {modalities}"
+            )
+        self.towers = nn.ModuleDict(
+            {
+                m: TransformerStack(width, replace(cfg.transformer, layers=n))
+                for m, n in cfg.unimodal_layers.items()
+                if n > 0
+            }
+        )
         self.stack = TransformerStack(width, cfg.transformer)
         self.pooler = nn.Sequential(nn.Linear(width, width), nn.Tanh()) if cfg.pooler else None
         init_weights(self)
 
     def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+        states = {
+            m: ModalityTokens(self.towers[m](t.tokens, t.mask), t.mask) if m in self.towers else t
+            for m, t in tokens.items()
+        }
+        out = self._joint(states)
+        if self.towers:
+            how = self.cfg.modality_pooling
+            out.unimodal = {m: pool(t.tokens, t.mask, how) for m, t in states.items()}
+            out.repair = lambda rows: self._joint(
+                {m: ModalityTokens(t.tokens[rows[m]], t.mask[rows[m]]) for m, t in states.items()}
+            )
+        return out
+
+    def _joint(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
         names = list(tokens)
         sizes = [tokens[m].tokens.shape[1] for m in names]
         x_BND = torch.cat([tokens[m].tokens for m in names], dim=1)

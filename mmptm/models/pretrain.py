@@ -16,8 +16,8 @@ import mmptm.encoders
 import mmptm.fusion
 import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.config import component, components
-from mmptm.encoders.base import VocabInfo
-from mmptm.fusion.base import FusionOutput
+from mmptm.encoders.base import ModalityTokens, VocabInfo
+from mmptm.fusion.base import FusionOutput, pool
 from mmptm.objectives.base import Batch, BatchTransform, ForTasks, TaskSampler
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
@@ -100,15 +100,30 @@ class PretrainModel(nn.Module):
                 for name, c in cfg.objectives.items()
             }
         )
+        for objective in self.objectives.values():  # objectives that read another one
+            if hasattr(objective, "bind"):
+                objective.bind(self.objectives)
         self.weights = {name: c.weight for name, c in cfg.objectives.items()}
 
     def fuse(self, batch: Batch) -> FusionOutput:
-        """Encode every modality present in the batch and fuse them."""
+        """Encode every modality present in the batch and fuse them.
+
+        Where the fusion module leaves them out, ``unimodal`` is the mean-pooled encoder
+        tokens and ``repair`` re-runs the fusion on re-indexed encoder tokens.
+        """
         tokens = {m: enc(batch) for m, enc in self.encoders.items() if enc.has_input(batch)}
         if not tokens:
             wanted = {m: enc.input_key for m, enc in self.encoders.items()}
             raise KeyError(f"the batch has no encoder input (wanted one of {wanted})")
-        return self.fusion(tokens)
+        out = self.fusion(tokens)
+        for m, t in tokens.items():
+            if m not in out.unimodal:
+                out.unimodal[m] = pool(t.tokens, t.mask, "mean")
+        if out.repair is None:
+            out.repair = lambda rows: self.fusion(
+                {m: ModalityTokens(t.tokens[rows[m]], t.mask[rows[m]]) for m, t in tokens.items()}
+            )
+        return out
 
     def forward(self, batch: Batch) -> PretrainOutput:
         out = self.fuse(batch)

@@ -1,7 +1,8 @@
 """Symmetric InfoNCE between two views (CLIP image↔text, or text↔text across languages).
 
 Modality-agnostic: it compares ``pooled[a]`` with ``pooled[b]`` for the two names in
-``modalities``. Learnable temperature (logit scale initialised to 1/0.07, clamped at
+``modalities`` (``source: unimodal``: the vectors before any cross-modal layer, ALBEF's ITC
+in a fusion model). Learnable temperature (logit scale initialised to 1/0.07, clamped at
 ``max_logit_scale``). Under torch.distributed the features of all ranks are gathered
 with gradient; the default ``local_loss`` scores local rows against all columns, so memory
 stays linear in the global batch (open_clip's local-loss variant).
@@ -80,11 +81,16 @@ class Contrastive(Objective):
         learn_temperature: bool = True
         local_loss: bool = True
         gather_with_grad: bool = True
+        #: which vectors to align: ``pooled`` (the fusion's output; dual encoders) or
+        #: ``unimodal`` (before cross-modal layers: ITC ahead of a fusion, as ALBEF)
+        source: str = "pooled"
 
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__()
         if len(cfg.modalities) != 2 or cfg.modalities[0] == cfg.modalities[1]:
             raise ValueError(f"contrastive.modalities needs two names, got {cfg.modalities}")
+        if cfg.source not in ("pooled", "unimodal"):
+            raise ValueError(f"contrastive.source must be pooled or unimodal, got {cfg.source!r}")
         self.cfg = cfg
         dim = cfg.embed_dim or width
         self.proj = nn.ModuleDict({m: nn.Linear(width, dim, bias=False) for m in cfg.modalities})
@@ -94,12 +100,17 @@ class Contrastive(Objective):
 
     def embed(self, out: FusionOutput, modality: str) -> torch.Tensor:
         """L2-normalised embedding [B,E] of one view, for retrieval."""
-        return F.normalize(self.proj[modality](out.pooled[modality]).float(), dim=-1)
+        vectors = out.unimodal if self.cfg.source == "unimodal" else out.pooled
+        return F.normalize(self.proj[modality](vectors[modality]).float(), dim=-1)
+
+    def scale(self) -> torch.Tensor:
+        """The current logit scale (1 / temperature), clamped."""
+        return self.logit_scale.clamp(max=math.log(self.cfg.max_logit_scale)).exp()
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         a, b = self.cfg.modalities
         za_BE, zb_BE = self.embed(out, a), self.embed(out, b)
-        scale = self.logit_scale.clamp(max=math.log(self.cfg.max_logit_scale)).exp()
+        scale = self.scale()
         rank, world = _world()
         za_all = gather_features(za_BE, self.cfg.gather_with_grad)
         zb_all = gather_features(zb_BE, self.cfg.gather_with_grad)

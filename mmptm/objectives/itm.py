@@ -6,6 +6,13 @@ Data side: with probability ``prob_negative`` a sample's second side (the image,
 second text view) is swapped for another sample's in the batch (never its own), giving
 ``itm_labels`` (1 = aligned). Loss side: a binary classifier on the fused ``pooled["joint"]``.
 A batch with none of the swap keys (another source of a mixture) gets no loss from it.
+
+``negatives: hard`` (ALBEF): no data side; every sample is a positive, and for each one a
+negative partner on each side is drawn with probability ∝ softmax of the ``similarity``
+contrastive objective's scores (its own partner excluded), so negatives are the pairs the
+contrastive stage confuses. The 2B negative pairs are fused again from the encoded batch
+(``FusionOutput.repair``, no re-encoding): B positives to 2B negatives, as ALBEF. Negatives
+come from the local batch (ALBEF gathers them across ranks).
 """
 
 from __future__ import annotations
@@ -70,31 +77,88 @@ class ImageTextMatching(Objective):
         prob_negative: float = 0.5
         #: batch keys of the side that a negative swaps together; ``prefix*`` matches many
         swap_keys: list[str] = field(default_factory=lambda: ["pixels"])
+        #: random: in-batch swaps on the data side; hard: ALBEF's similarity-sampled negatives
+        negatives: str = "random"
+        #: hard negatives: the name of the contrastive objective whose scores rank them
+        similarity: str = ""
+
+        def __post_init__(self) -> None:
+            if self.negatives not in ("random", "hard"):
+                raise ValueError(f"itm.negatives must be random or hard, got {self.negatives!r}")
+            if not 0.0 <= self.prob_negative <= 1.0:
+                raise ValueError(f"itm.prob_negative must be in [0, 1], got {self.prob_negative}")
 
     @classmethod
-    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> SwapNegatives:
-        if not 0.0 <= cfg.prob_negative <= 1.0:
-            raise ValueError(f"itm.prob_negative must be in [0, 1], got {cfg.prob_negative}")
+    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> SwapNegatives | None:
+        if cfg.negatives == "hard":
+            return None
         return SwapNegatives(cfg.prob_negative, list(cfg.swap_keys))
 
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__()
         self.cfg = cfg
         self.head = nn.Linear(width, 2)
+        self._similarity: tuple[nn.Module, ...] = ()  # a plain tuple: not a submodule
         init_weights(self)
+
+    def bind(self, objectives: nn.ModuleDict) -> None:
+        """Hard negatives: find the contrastive objective named by ``similarity``."""
+        if self.cfg.negatives != "hard":
+            return
+        from mmptm.objectives.contrastive import Contrastive
+
+        found = objectives[self.cfg.similarity] if self.cfg.similarity in objectives else None  # noqa: SIM401
+        if not isinstance(found, Contrastive):
+            raise ValueError(
+                f"itm.negatives=hard needs itm.similarity to name a contrastive objective of the "
+                f"model, got {self.cfg.similarity!r} (objectives: {list(objectives)})"
+            )
+        self._similarity = (found,)
 
     def score(self, out: FusionOutput) -> torch.Tensor:
         """Matching logit margin [B] (higher = more likely a match), for retrieval."""
         logits_B2 = self.head(out.pooled["joint"]).float()
         return logits_B2[:, 1] - logits_B2[:, 0]
 
+    def hard_pairs(self, out: FusionOutput) -> tuple[FusionOutput, torch.Tensor] | None:
+        """ALBEF: the fused hard-negative pairs [2B] and the rows they came from [2B, 2]."""
+        (sim,) = self._similarity
+        a, b = sim.cfg.modalities
+        B = out.pooled["joint"].shape[0]
+        if a not in out.hidden or b not in out.hidden or B < 2:
+            return None
+        with torch.no_grad():
+            s_AB = sim.scale() * sim.embed(out, a) @ sim.embed(out, b).T
+            own = torch.eye(B, dtype=torch.bool, device=s_AB.device)
+            # + 1e-4 keeps every other sample drawable when the softmax saturates (ALBEF)
+            w_ab = (s_AB.softmax(1) + 1e-4).masked_fill(own, 0.0)
+            w_ba = (s_AB.T.softmax(1) + 1e-4).masked_fill(own, 0.0)
+            neg_b = torch.multinomial(w_ab, 1).squeeze(1)  # per a: a confusable b
+            neg_a = torch.multinomial(w_ba, 1).squeeze(1)  # per b: a confusable a
+        idx = torch.arange(B, device=s_AB.device)
+        rows = {a: torch.cat([idx, neg_a]), b: torch.cat([neg_b, idx])}
+        extra = [m for m in out.hidden if m not in rows]
+        if extra:
+            raise ValueError(f"itm hard negatives pair {a!r} and {b!r}; the batch also has {extra}")
+        return out.repair(rows), torch.stack([rows[a], rows[b]], dim=1)
+
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
-        if "itm_labels" not in batch:  # inactive on this batch (see the data side)
-            return {}
-        if "joint" not in out.pooled:
+        if "joint" not in out.pooled and ("itm_labels" in batch or self._similarity):
             raise ValueError("itm needs a fusion module with cross-modal layers (pooled['joint'])")
-        logits_B2 = self.head(out.pooled["joint"]).float()
-        labels_B = batch["itm_labels"]
+        if self.cfg.negatives == "hard":
+            hard = self.hard_pairs(out)
+            if hard is None:  # a batch without both sides: inactive
+                return {}
+            neg, _ = hard
+            joint = torch.cat([out.pooled["joint"], neg.pooled["joint"]])
+            B = out.pooled["joint"].shape[0]
+            labels_B = torch.zeros(len(joint), dtype=torch.long, device=joint.device)
+            labels_B[:B] = 1
+        elif "itm_labels" in batch:
+            joint, labels_B = out.pooled["joint"], batch["itm_labels"]
+        else:  # inactive on this batch (see the data side)
+            return {}
+        logits_B2 = self.head(joint).float()
         loss = F.cross_entropy(logits_B2, labels_B)
         acc = (logits_B2.argmax(-1) == labels_B).float().mean()
         return {"loss": loss, "acc": acc.detach()}

@@ -31,14 +31,19 @@ def test_recall_needs_a_square_matrix():
         recall_at_k(torch.zeros(2, 3))
 
 
-@pytest.mark.parametrize("recipe", ["clip_tiny", "vilt_tiny"])  # dot product / ITM scoring
-def test_retrieval_on_a_trained_checkpoint(recipe, tiny_world, tmp_path):
+# dot product / ITM scoring every pair / ITC first stage over regions + ITM re-ranking
+@pytest.mark.parametrize(
+    ("recipe", "rerank_k"), [("clip_tiny", 0), ("vilt_tiny", 0), ("albef_tiny", 3)]
+)
+def test_retrieval_on_a_trained_checkpoint(recipe, rerank_k, tiny_world, tmp_path):
     cfg = load_run_config(
         str(ROOT / f"configs/pretrain/{recipe}.yaml"),
         [*tiny_overrides(tiny_world, tmp_path, recipe), "train.max_steps=2"],
     )
     pretrain(cfg)
-    r = evaluate_retrieval(str(tmp_path), split="val", max_items=12, batch_size=5)
+    r = evaluate_retrieval(
+        str(tmp_path), split="val", max_items=12, batch_size=5, rerank_k=rerank_k
+    )
     assert r["n"] == 12 and r["chance_R@1"] == pytest.approx(1 / 12)
     for d in ("i2t", "t2i"):
         assert 0 <= r[f"{d}_R@1"] <= r[f"{d}_R@5"] <= r[f"{d}_R@10"] <= 1
@@ -49,6 +54,7 @@ class _FirstStage(Contrastive):
 
     def __init__(self):
         torch.nn.Module.__init__(self)
+        self.cfg = Contrastive.Config(modalities=["image", "text"])
 
     def embed(self, out, modality):
         idx = out.pooled["idx"]
@@ -80,12 +86,14 @@ class _Stub(torch.nn.Module):
     def fuse(self, batch):
         from mmptm.fusion.base import FusionOutput
 
-        pooled = {}
+        pooled, hidden = {}, {}
         if "pixels" in batch:
             pooled["img"] = pooled["idx"] = batch["pixels"][:, 0, 0, 0].long()
+            hidden["image"] = batch["pixels"]
         if "input_ids" in batch:
             pooled["txt"] = pooled["idx"] = batch["input_ids"][:, 0]
-        return FusionOutput({}, {}, pooled)
+            hidden["text"] = batch["input_ids"]
+        return FusionOutput(hidden, {}, pooled)
 
 
 def test_itm_reranking_of_a_first_stage():

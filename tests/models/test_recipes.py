@@ -79,6 +79,9 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world):
         "uniter_base": (88e6, 96e6),
         "vilbert_base": (195e6, 225e6),
         "lxmert_base": (180e6, 210e6),
+        # ALBEF: BERT-base split 6 text + 6 fusion layers (here single-stream, so no
+        # cross-attention weights) with a 2-layer region tower instead of its ViT-B/16.
+        "albef_base": (98e6, 108e6),
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024}
