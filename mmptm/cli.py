@@ -213,7 +213,8 @@ def _demo(args: argparse.Namespace) -> int:
         )  # fmt: skip
     elif args.study == "vqa":
         experiments.vqa_study(
-            out, recipes=tuple(args.recipes.split(",")), n_train=args.n_train,
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else experiments.VL_RECIPES,
+            n_train=args.n_train,
             n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps,
             seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
@@ -337,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
     de.add_argument("study", nargs="?", default="clip", choices=["clip", "multilingual", "vqa"])
-    de.add_argument("--recipes", default="uniter_tiny", help="vqa: comma list of VL recipes")
+    de.add_argument("--recipes", default=None,
+                    help="vqa: comma list of VL recipes (default: all five tiny ones)")  # fmt: skip
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
     de.add_argument("--n-train", type=int, default=4000)
     de.add_argument("--n-test", type=int, default=500)

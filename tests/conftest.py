@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mmptm.config import load_yaml_tree
+from mmptm.config import from_dict, load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.tokenizer import Tokenizer, train_tokenizer
 
@@ -68,3 +68,26 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
                 "embed_dim: 32, depth: 0, num_heads: 2}"
             )
     return over
+
+
+def text_image_model_config(**extra):
+    """A tiny text + ViT-patch model config (width 16); ``extra`` replaces top-level keys."""
+    from mmptm.models.pretrain import ModelConfig
+
+    tree = {
+        "width": 16,
+        "encoders": {
+            "text": {"type": "text", "max_positions": 32},
+            "image": {
+                "type": "timm_image",
+                "model_name": "vit_tiny_patch16_224",
+                "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 0,
+                                 "num_heads": 2},
+                "image_size": 16,
+            },
+        },
+        "fusion": {"type": "single_stream", "transformer": {"layers": 1, "heads": 2}},
+        "objectives": {"mlm": {"type": "mlm"}, "itm": {"type": "itm"}},
+        **extra,
+    }  # fmt: skip
+    return from_dict(ModelConfig, tree)

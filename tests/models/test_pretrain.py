@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import pytest
 import torch
+from conftest import text_image_model_config
 
-from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
 from mmptm.objectives.base import ForTasks, TaskSampler
@@ -20,23 +20,7 @@ VOCAB = VocabInfo(vocab_size=50, special_ids=frozenset({0, 1, 2, 3, 4}))
 
 
 def _cfg(**extra) -> ModelConfig:
-    tree = {
-        "width": 16,
-        "encoders": {
-            "text": {"type": "text", "max_positions": 32},
-            "image": {
-                "type": "timm_image",
-                "model_name": "vit_tiny_patch16_224",
-                "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 0,
-                                 "num_heads": 2},
-                "image_size": 16,
-            },
-        },
-        "fusion": {"type": "single_stream", "transformer": {"layers": 1, "heads": 2}},
-        "objectives": {"mlm": {"type": "mlm"}, "itm": {"type": "itm"}},
-        **extra,
-    }  # fmt: skip
-    return from_dict(ModelConfig, tree)
+    return text_image_model_config(**extra)
 
 
 def _batch(B: int = 6) -> dict:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import text_image_model_config
 
 from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput, pool
 from mmptm.fusion.single_stream import SingleStreamFusion
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.objectives.contrastive import Contrastive
 
 VOCAB = VocabInfo(vocab_size=50, special_ids=frozenset({0, 1, 2, 3, 4}))
@@ -19,27 +20,16 @@ B = 6
 
 
 def _model(towers: dict[str, int] | None = None, **itm) -> PretrainModel:
-    tree = {
-        "width": 16,
-        "encoders": {
-            "text": {"type": "text", "max_positions": 32},
-            "image": {
-                "type": "timm_image",
-                "model_name": "vit_tiny_patch16_224",
-                "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 0,
-                                 "num_heads": 2},
-                "image_size": 16,
-            },
-        },
-        "fusion": {"type": "single_stream", "transformer": {"layers": 1, "heads": 2},
-                   "unimodal_layers": towers or {}},
-        "objectives": {
+    cfg = text_image_model_config(
+        fusion={"type": "single_stream", "transformer": {"layers": 1, "heads": 2},
+                "unimodal_layers": towers or {}},
+        objectives={
             "itc": {"type": "contrastive", "modalities": ["image", "text"], "source": "unimodal"},
             "itm": {"type": "itm", "negatives": "hard", "similarity": "itc", **itm},
         },
-    }  # fmt: skip
+    )  # fmt: skip
     torch.manual_seed(0)
-    return PretrainModel(from_dict(ModelConfig, tree), VOCAB).eval()
+    return PretrainModel(cfg, VOCAB).eval()
 
 
 def _batch() -> dict[str, torch.Tensor]:
