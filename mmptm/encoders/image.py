@@ -39,6 +39,32 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in sd.items()}
 
 
+def load_backbone_weights(backbone: nn.Module, path: str | Path, model_name: str) -> None:
+    """Load a full-model checkpoint into a timm backbone; keys it lacks (heads) are ignored.
+
+    Raises ValueError naming the file on a shape mismatch or a missing key.
+    """
+    sd = load_state_dict_file(path)
+    own = backbone.state_dict()
+    wrong = [
+        f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
+        for k, v in sd.items()
+        if k in own and v.shape != own[k].shape
+    ]
+    if wrong:
+        raise ValueError(
+            f"{path}: weights do not fit {model_name!r}; {len(wrong)} tensors "
+            f"differ in shape (file vs model), e.g. {wrong[:3]}"
+        )
+    missing = [k for k in own if k not in sd]
+    if missing:
+        raise ValueError(
+            f"{path}: weights do not fit {model_name!r}; missing "
+            f"{len(missing)} keys, e.g. {missing[:5]}"
+        )
+    backbone.load_state_dict({k: sd[k] for k in own})
+
+
 @ENCODERS.register("timm_image")
 class TimmImageEncoder(Encoder):
     """Wraps ``timm.create_model(model_name, **model_kwargs)``; reads ``pixels [B,3,H,W]``."""
@@ -88,24 +114,7 @@ class TimmImageEncoder(Encoder):
             nn.init.normal_(self.pos, std=0.02)
 
     def load_backbone_weights(self, path: str | Path) -> None:
-        sd = load_state_dict_file(path)
-        own = self.backbone.state_dict()
-        wrong = [
-            f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
-            for k, v in sd.items()
-            if k in own and v.shape != own[k].shape
-        ]
-        if wrong:
-            raise ValueError(
-                f"{path}: weights do not fit {self.cfg.model_name!r}; {len(wrong)} tensors "
-                f"differ in shape (file vs model), e.g. {wrong[:3]}"
-            )
-        result = self.backbone.load_state_dict(sd, strict=False)
-        if result.missing_keys:
-            raise ValueError(
-                f"{path}: weights do not fit {self.cfg.model_name!r}; missing "
-                f"{len(result.missing_keys)} keys, e.g. {result.missing_keys[:5]}"
-            )
+        load_backbone_weights(self.backbone, path, self.cfg.model_name)
 
     def _features(self, pixels_BCHW: torch.Tensor) -> torch.Tensor:
         f = self.backbone.forward_features(pixels_BCHW)

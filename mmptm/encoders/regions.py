@@ -29,7 +29,7 @@ from torch import nn
 from torchvision.ops import roi_align
 
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
-from mmptm.encoders.image import load_state_dict_file
+from mmptm.encoders.image import load_backbone_weights
 from mmptm.registry import ENCODERS
 
 #: x1, y1, x2, y2, w, h, area (UNITER's 7-d location feature); fixed, not configurable
@@ -193,20 +193,7 @@ class RoIRegionEncoder(Encoder):
 
     def load_backbone_weights(self, path: str | Path) -> None:
         """Load a full-model checkpoint into the feature extractor (head keys are ignored)."""
-        sd = load_state_dict_file(path)
-        own = self.backbone.state_dict()
-        wrong = [
-            f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
-            for k, v in sd.items()
-            if k in own and v.shape != own[k].shape
-        ]
-        missing = [k for k in own if k not in sd]
-        if wrong or missing:
-            raise ValueError(
-                f"{path}: weights do not fit {self.cfg.model_name!r}; shape mismatches "
-                f"(file vs model) {wrong[:3]}, missing keys {missing[:5]}"
-            )
-        self.backbone.load_state_dict({k: sd[k] for k in own})
+        load_backbone_weights(self.backbone, path, self.cfg.model_name)
 
     def pool_regions(
         self, pixels_B3HW: torch.Tensor, boxes_BR4: torch.Tensor, mask_BR: torch.Tensor
