@@ -107,43 +107,24 @@ class FeedForward(nn.Module):
         self.norm = nn.LayerNorm(width, eps=eps)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x_BND: torch.Tensor) -> torch.Tensor:
+    def forward(self, x_BND: torch.Tensor, mask_BN: torch.Tensor | None = None) -> torch.Tensor:
+        """``mask_BN`` is unused (position-wise); it lets a stream call any sublayer alike."""
         if self.prenorm:
             return x_BND + self.drop(self.mlp(self.norm(x_BND)))
         return self.norm(x_BND + self.drop(self.mlp(x_BND)))
 
 
-class CoTRMBlock(nn.Module):
-    """ViLBERT co-TRM: co-attention + Add&Norm, then FFN + Add&Norm in each stream."""
+class StreamJoin(nn.Module):
+    """Bidirectional cross-attention, then a per-stream sublayer run on each stream alone.
 
-    def __init__(
-        self, co_attn: BiCrossAttention, lang_ffn: FeedForward, vis_ffn: FeedForward
-    ) -> None:
-        super().__init__()
-        self.co_attn = co_attn
-        self.lang_ffn = lang_ffn
-        self.vis_ffn = vis_ffn
+    ViLBERT's co-TRM: the sublayers are FFNs (co-attention + Add&Norm, then FFN + Add&Norm).
+    LXMERT's cross-modality layer: they are TransformerBlocks, i.e. self-attention then FFN.
+    """
 
-    def forward(
-        self,
-        l_BLW: torch.Tensor,
-        l_mask_BL: torch.Tensor,
-        v_BRV: torch.Tensor,
-        v_mask_BR: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        l_BLW, v_BRV = self.co_attn(l_BLW, l_mask_BL, v_BRV, v_mask_BR)
-        return self.lang_ffn(l_BLW), self.vis_ffn(v_BRV)
-
-
-class CrossModalityLayer(nn.Module):
-    """LXMERT cross-modality layer: bidirectional cross-attention, then self-attn + FFN."""
-
-    def __init__(
-        self, cross: BiCrossAttention, lang: TransformerBlock, vis: TransformerBlock
-    ) -> None:
+    def __init__(self, cross: BiCrossAttention, lang: nn.Module, vis: nn.Module) -> None:
         super().__init__()
         self.cross = cross
-        self.lang = lang  # self-attention + FFN (a plain TransformerBlock has exactly that order)
+        self.lang = lang
         self.vis = vis
 
     def forward(
@@ -316,7 +297,7 @@ class TwoStreamFusion(nn.Module):
         self.vis_layers = nn.ModuleList(TransformerBlock(V, vis_tc) for _ in range(cfg.n_vision()))
         if cfg.variant == "vilbert":
             self.joins = nn.ModuleList(
-                CoTRMBlock(
+                StreamJoin(
                     cross(share=False),
                     FeedForward(W, cfg.language_mlp_ratio, **sub),
                     FeedForward(V, cfg.vision_mlp_ratio, **sub),
@@ -326,9 +307,7 @@ class TwoStreamFusion(nn.Module):
         else:
             share = W == V and cfg.language_heads == cfg.n_vision_heads()
             self.joins = nn.ModuleList(
-                CrossModalityLayer(
-                    cross(share), TransformerBlock(W, lang_tc), TransformerBlock(V, vis_tc)
-                )
+                StreamJoin(cross(share), TransformerBlock(W, lang_tc), TransformerBlock(V, vis_tc))
                 for _ in range(cfg.n_cross())
             )
         # Post-LN sublayers already end normalised; pre-LN streams need a closing norm.

@@ -160,7 +160,7 @@ def _explicit_attention(
 
 def test_co_attention_matches_explicit_computation() -> None:
     fusion = _fusion("vilbert")
-    co = fusion.joins[0].co_attn
+    co = fusion.joins[0].cross
     g = torch.Generator().manual_seed(3)
     l_BLW, v_BRV = torch.randn(2, 5, 16, generator=g), torch.randn(2, 4, 24, generator=g)
     l_mask_BL = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)
