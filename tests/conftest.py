@@ -91,3 +91,22 @@ def text_image_model_config(**extra):
         **extra,
     }  # fmt: skip
     return from_dict(ModelConfig, tree)
+
+
+def read_shard_samples(paths: list[str]) -> list[tuple[str, dict[str, bytes]]]:
+    """(key, {ext: bytes}) per sample, in shard order; checks that members stay grouped and
+    that keys are unique and have no "/"."""
+    import tarfile
+
+    samples: list[tuple[str, dict[str, bytes]]] = []
+    for path in paths:
+        with tarfile.open(path) as tar:
+            for member in tar.getmembers():
+                key, ext = member.name.split(".", 1)
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                if not samples or samples[-1][0] != key:
+                    samples.append((key, {}))
+                samples[-1][1][ext] = data
+    keys = [k for k, _ in samples]
+    assert len(set(keys)) == len(keys) and not any("/" in k for k in keys)
+    return samples

@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import read_shard_samples
 
 from mmptm.data import converters as cv
 
 
-def _read(paths: list[str]) -> list[tuple[str, dict[str, bytes]]]:
-    """(key, {ext: bytes}) per sample, in shard order; checks that members stay grouped."""
-    samples: list[tuple[str, dict[str, bytes]]] = []
-    for path in paths:
-        with tarfile.open(path) as tar:
-            for member in tar.getmembers():
-                key, ext = member.name.split(".", 1)
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                if not samples or samples[-1][0] != key:
-                    samples.append((key, {}))
-                samples[-1][1][ext] = data
-    keys = [k for k, _ in samples]
-    assert len(set(keys)) == len(keys) and not any("/" in k for k in keys)
-    return samples
-
-
 def _json(paths: list[str]) -> list[dict]:
-    return [json.loads(m["json"]) for _, m in _read(paths)]
+    return [json.loads(m["json"]) for _, m in read_shard_samples(paths)]
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -107,7 +91,7 @@ def test_monolingual(tmp_path: Path) -> None:
     stats = cv.convert_monolingual(path, "de", tmp_path / "out")
     assert stats["written"] == 2 and stats["skipped"] == {"empty": 2}
     assert Path(stats["shards"][0]).name == "train-de-000000.tar"
-    samples = _read(stats["shards"])
+    samples = read_shard_samples(stats["shards"])
     assert [m["txt"].decode() for _, m in samples] == ["Erster Satz.", "Zweiter Satz."]
     assert all(json.loads(m["json"]) == {"language": "de"} for _, m in samples)
 
@@ -200,7 +184,7 @@ def test_multinli_train_layout(tmp_path: Path) -> None:
         ('" during the season', "entailment", "en", "101457e"),
         ("Conceptually cream skimming has two dimensions.", "neutral", "en", "31193n"),
     ]
-    assert [k for k, _ in _read(stats["shards"])] == ["101457e", "31193n"]
+    assert [k for k, _ in read_shard_samples(stats["shards"])] == ["101457e", "31193n"]
 
 
 def test_xnli_mt_translate_train_layout(tmp_path: Path) -> None:
@@ -238,7 +222,7 @@ def test_duplicate_pair_ids_get_unique_keys(tmp_path: Path) -> None:
     rows = [_xnli_row("en", "neutral", f"s{i}", "h", "7.1") for i in range(3)]
     tsv = _write(tmp_path / "dup.tsv", [XNLI_HEADER, *rows])
     stats = cv.convert_xnli(tsv, tmp_path / "out", split="test")
-    keys = [k for k, _ in _read(stats["shards"])]
+    keys = [k for k, _ in read_shard_samples(stats["shards"])]
     assert len(set(keys)) == 3 and all("." not in k for k in keys)
     assert [r["pair_id"] for r in _json(stats["shards"])] == ["7.1"] * 3
 

@@ -6,31 +6,15 @@ import base64
 import io
 import json
 import logging
-import tarfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import read_shard_samples
 from PIL import Image
 
 from mmptm.data import converters_vl as cvl
-
-
-def _read(paths: list[str]) -> list[tuple[str, dict[str, bytes]]]:
-    """(key, {ext: bytes}) per sample, in shard order; checks that members stay grouped."""
-    samples: list[tuple[str, dict[str, bytes]]] = []
-    for path in paths:
-        with tarfile.open(path) as tar:
-            for member in tar.getmembers():
-                key, ext = member.name.split(".", 1)
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
-                if not samples or samples[-1][0] != key:
-                    samples.append((key, {}))
-                samples[-1][1][ext] = data
-    keys = [k for k, _ in samples]
-    assert len(set(keys)) == len(keys)
-    return samples
 
 
 def _image(path: Path, color: tuple[int, int, int], size: tuple[int, int], fmt: str) -> Path:
@@ -193,7 +177,7 @@ def test_coco_captions(coco: tuple[Path, Path], tmp_path: Path) -> None:
     assert stats["skipped"] == {"missing_image": 1, "unknown_image": 1, "empty": 1}
     assert "COCO_val2014_000000000003.jpg" in stats["skipped_items"]["missing_image"][0]
     assert [Path(p).name for p in stats["shards"]] == ["val-000000.tar", "val-000001.tar"]
-    samples = _read(stats["shards"])
+    samples = read_shard_samples(stats["shards"])
     assert [k for k, _ in samples] == ["10", "11", "20"]  # image order, then caption order
     first = samples[0][1]
     assert set(first) == {"jpg", "txt", "json"}
@@ -220,7 +204,7 @@ def test_coco_captions_with_regions(coco: tuple[Path, Path], tmp_path: Path) -> 
     tsv.write_text(_lxmert_row(a, "COCO_val2014_000000000001") + "\n", encoding="utf-8")
     stats = cvl.convert_coco_captions(captions, images, tmp_path / "o", split="v", regions_tsv=tsv)
     assert stats["written"] == 2 and stats["skipped"]["missing_regions"] == 1  # image 2
-    for _, members in _read(stats["shards"]):
+    for _, members in read_shard_samples(stats["shards"]):
         arrays = cvl.load_regions(members["regions.npz"])
         np.testing.assert_array_equal(arrays["features"], a["features"])
         np.testing.assert_allclose(arrays["boxes"], _normalised(a), rtol=1e-6)
@@ -295,7 +279,7 @@ def test_vqa_with_images(vqa: tuple[Path, Path, Path], tmp_path: Path) -> None:
     assert stats["skipped"] == {"missing_image": 1, "no_annotation": 1}
     assert stats["skipped_items"]["no_annotation"] == ["question 5002"]
     assert "COCO_val2014_000000000007.jpg" in stats["skipped_items"]["missing_image"][0]
-    samples = _read(stats["shards"])
+    samples = read_shard_samples(stats["shards"])
     assert [k for k, _ in samples] == ["5000", "5001", "6000"]
     _, members = samples[0]
     assert set(members) == {"jpg", "json"}
@@ -319,7 +303,7 @@ def test_vqa_test_split_and_regions_only(vqa: tuple[Path, Path, Path], tmp_path:
     tsv.write_text("".join(_butd_row(r) + "\n" for r in recs.values()), encoding="utf-8")
     stats = cvl.convert_vqa(questions, None, None, tmp_path / "out", split="test", regions_tsv=tsv)
     assert stats["written"] == 4 and stats["skipped"] == {"missing_regions": 1}  # image 6
-    samples = _read(stats["shards"])
+    samples = read_shard_samples(stats["shards"])
     assert [k for k, _ in samples] == ["5000", "5001", "7000", "5002"]
     for _, members in samples:
         assert set(members) == {"regions.npz", "json"}
