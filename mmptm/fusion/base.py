@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mmptm.encoders.base import ModalityTokens
+
 
 @dataclass
 class FusionOutput:
@@ -17,8 +19,9 @@ class FusionOutput:
     ``pooled["joint"]``: the pooled vector of the pair (ITM, VQA heads read it).
 
     ``unimodal[m]`` [B,D] is modality m pooled *before* any cross-modal layer (what an
-    ALBEF-style contrastive loss aligns ahead of fusion); ``PretrainModel.fuse`` fills it
-    with the pooled encoder tokens where the fusion module has no unimodal stage of its own.
+    ALBEF-style contrastive loss aligns ahead of fusion), from fusion modules with a
+    unimodal stage; ``unimodal_vector(m)`` falls back to the mean of the encoder tokens
+    (``encoded``, which ``PretrainModel.fuse`` records).
     ``repair(rows)`` fuses again with modality m's rows taken at ``rows[m]`` (index [B'],
     any length) without re-encoding: the pairs of hard negatives.
     """
@@ -28,6 +31,16 @@ class FusionOutput:
     pooled: dict[str, torch.Tensor]
     unimodal: dict[str, torch.Tensor] = field(default_factory=dict)
     repair: Callable[[dict[str, torch.Tensor]], FusionOutput] | None = None
+    encoded: dict[str, ModalityTokens] = field(default_factory=dict)
+
+    def unimodal_vector(self, m: str) -> torch.Tensor:
+        """Modality m [B,D] before cross-modal layers (computed only when asked for)."""
+        if m in self.unimodal:
+            return self.unimodal[m]
+        if m not in self.encoded:
+            raise KeyError(f"no unimodal vector for {m!r} (have {sorted(self.encoded)})")
+        t = self.encoded[m]
+        return pool(t.tokens, t.mask, "mean")
 
 
 def pool(x_BND: torch.Tensor, mask_BN: torch.Tensor, how: str) -> torch.Tensor:

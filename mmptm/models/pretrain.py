@@ -17,7 +17,7 @@ import mmptm.fusion
 import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
-from mmptm.fusion.base import FusionOutput, pool
+from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.base import Batch, BatchTransform, ForTasks, TaskSampler
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
@@ -108,17 +108,15 @@ class PretrainModel(nn.Module):
     def fuse(self, batch: Batch) -> FusionOutput:
         """Encode every modality present in the batch and fuse them.
 
-        Where the fusion module leaves them out, ``unimodal`` is the mean-pooled encoder
-        tokens and ``repair`` re-runs the fusion on re-indexed encoder tokens.
+        Records the encoder tokens (``encoded``) and, where the fusion module gives none,
+        a ``repair`` that re-runs the fusion on re-indexed encoder tokens.
         """
         tokens = {m: enc(batch) for m, enc in self.encoders.items() if enc.has_input(batch)}
         if not tokens:
             wanted = {m: enc.input_key for m, enc in self.encoders.items()}
             raise KeyError(f"the batch has no encoder input (wanted one of {wanted})")
         out = self.fusion(tokens)
-        for m, t in tokens.items():
-            if m not in out.unimodal:
-                out.unimodal[m] = pool(t.tokens, t.mask, "mean")
+        out.encoded = tokens
         if out.repair is None:
             out.repair = lambda rows: self.fusion(
                 {m: ModalityTokens(t.tokens[rows[m]], t.mask[rows[m]]) for m, t in tokens.items()}

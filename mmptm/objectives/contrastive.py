@@ -100,8 +100,11 @@ class Contrastive(Objective):
 
     def embed(self, out: FusionOutput, modality: str) -> torch.Tensor:
         """L2-normalised embedding [B,E] of one view, for retrieval."""
-        vectors = out.unimodal if self.cfg.source == "unimodal" else out.pooled
-        return F.normalize(self.proj[modality](vectors[modality]).float(), dim=-1)
+        if self.cfg.source == "unimodal":
+            vector = out.unimodal_vector(modality)
+        else:
+            vector = out.pooled[modality]
+        return F.normalize(self.proj[modality](vector).float(), dim=-1)
 
     def scale(self) -> torch.Tensor:
         """The current logit scale (1 / temperature), clamped."""

@@ -69,7 +69,7 @@ def test_without_towers_unimodal_is_the_pooled_encoder_tokens():
     with torch.no_grad():
         out = model.fuse(batch)
         text = model.encoders["text"](batch)
-    assert torch.allclose(out.unimodal["text"], pool(text.tokens, text.mask, "mean"))
+    assert torch.allclose(out.unimodal_vector("text"), pool(text.tokens, text.mask, "mean"))
 
 
 def test_single_stream_rejects_towers_for_missing_modalities():
