@@ -106,6 +106,8 @@ class Decoder:
             out["answers"] = [str(a) for a in meta["answers"]]
         if "question_id" in meta:
             out["question_id"] = int(meta["question_id"])
+        if "answer_type" in meta:  # VQA v2's yes/no | number | other, for per-type accuracy
+            out["answer_type"] = str(meta["answer_type"])
         if "label" in meta:
             if meta["label"] not in NLI_LABELS:
                 raise ValueError(f"label {meta['label']!r} is not one of {NLI_LABELS}")
@@ -166,6 +168,8 @@ class Collate:
             batch["answers"] = [s.get("answers", []) for s in samples]
         if "question_id" in samples[0]:
             batch["question_id"] = torch.tensor([s["question_id"] for s in samples])
+        if "answer_type" in samples[0]:
+            batch["answer_type"] = [s.get("answer_type", "") for s in samples]
         if "region_boxes" in samples[0]:
             batch.update(pad_regions(samples))
         for p in VIEW_PREFIXES:

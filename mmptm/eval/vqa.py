@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,10 +23,11 @@ def evaluate_vqa(
     results_file: str | Path | None = None,
     overrides: Sequence[str] = (),
     device: str = "cpu",
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """VQA accuracy (%) of a fine-tuned checkpoint; writes ``[{question_id, answer}]`` if asked.
 
-    Questions without answers (a test-dev style split) are predicted but not scored.
+    Questions without answers (a test-dev style split) are predicted but not scored. Keys:
+    ``accuracy``, ``scored``, ``predicted`` and ``per_answer_type`` (yes/no, number, other).
     """
     model, tokenizer, cfg = load_pretrained(path, overrides)
     head = next((o for o in model.objectives.values() if isinstance(o, VQAHead)), None)
@@ -38,6 +41,7 @@ def evaluate_vqa(
     )
     predictions: dict[int, str] = {}
     scores: list[float] = []
+    by_type: dict[str, list[float]] = defaultdict(list)
     for batch in single_pass(stream):
         if "__end__" in batch:
             continue
@@ -47,10 +51,14 @@ def evaluate_vqa(
             predictions[int(batch["question_id"][b])] = answer
             if answers and answers[b]:
                 scores.append(soft_score(answers[b], answer))
+                if batch.get("answer_type"):
+                    by_type[batch["answer_type"][b]].append(scores[-1])
     if results_file is not None:
         write_results(predictions, results_file)
     return {
         "accuracy": 100.0 * sum(scores) / max(len(scores), 1),
         "scored": float(len(scores)),
         "predicted": float(len(predictions)),
+        # the official evaluator's perAnswerType, where the questions carry answer_type
+        "per_answer_type": {t: 100.0 * sum(v) / len(v) for t, v in sorted(by_type.items())},
     }

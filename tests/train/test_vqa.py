@@ -55,9 +55,15 @@ def test_vqa_fine_tuning_from_a_uniter_checkpoint(tiny_world, tmp_path):
     # from the shards' raw answers).
     from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
 
-    truth = {}
+    truth, kind = {}, {}
     for s in tar_samples(expand_shards(f"{tiny_world}/vqa/test-*.tar"), SkipCounter()):
         meta = json.loads(s["json"])
         truth[meta["question_id"]] = meta["answers"]
-    mean = sum(soft_score(truth[p["question_id"]], p["answer"]) for p in predictions)
-    assert r["accuracy"] == pytest.approx(100 * mean / len(predictions))
+        kind[meta["question_id"]] = meta["answer_type"]
+    score = {p["question_id"]: soft_score(truth[p["question_id"]], p["answer"]) for p in predictions}
+    assert r["accuracy"] == pytest.approx(100 * sum(score.values()) / len(predictions))
+    # per answer type (the official perAnswerType), also from the raw shards
+    assert set(r["per_answer_type"]) == set(kind.values()) == {"yes/no", "number", "other"}
+    for t, acc in r["per_answer_type"].items():
+        ours = [score[q] for q in score if kind[q] == t]
+        assert acc == pytest.approx(100 * sum(ours) / len(ours))
