@@ -60,7 +60,8 @@ def test_vqa_fine_tuning_from_a_uniter_checkpoint(tiny_world, tmp_path):
         meta = json.loads(s["json"])
         truth[meta["question_id"]] = meta["answers"]
         kind[meta["question_id"]] = meta["answer_type"]
-    score = {p["question_id"]: soft_score(truth[p["question_id"]], p["answer"]) for p in predictions}
+    score = {q["question_id"]: soft_score(truth[q["question_id"]], q["answer"])
+             for q in predictions}  # fmt: skip
     assert r["accuracy"] == pytest.approx(100 * sum(score.values()) / len(predictions))
     # per answer type (the official perAnswerType), also from the raw shards
     assert set(r["per_answer_type"]) == set(kind.values()) == {"yes/no", "number", "other"}
