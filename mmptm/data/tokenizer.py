@@ -658,4 +658,16 @@ def train_tokenizer(
     Path(f"{out_prefix}.json").write_text(
         json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    return Tokenizer(model, languages=langs, specials=specials)
+    tok = Tokenizer(model, languages=langs, specials=specials)
+    if tok.vocab_size < vocab_size // 2:
+        # hard_vocab_limit=False lets sentencepiece stop short. Unigram does so on corpora with
+        # few word types (toyworld: 246 pieces asked 2000), splitting frequent words into
+        # letters; masked LM then becomes spelling completion. BPE reaches whole words there.
+        log.warning(
+            "tokenizer: %s training gave %d pieces of the %d asked; frequent words may be split "
+            "into letters%s",
+            model_type, tok.vocab_size, vocab_size,
+            " (model_type='bpe' reaches whole words on small vocabularies)"
+            if model_type == "unigram" else "",
+        )  # fmt: skip
+    return tok

@@ -431,3 +431,26 @@ def test_fairseq_scheme_rejects_foreign_layouts(corpus: list[Path], tmp_path: Pa
         Tokenizer(path.read_bytes(), id_scheme="bert")
     with pytest.raises(FileNotFoundError, match="sentencepiece.bpe.model"):
         Tokenizer.from_xlmr(tmp_path)
+
+
+def test_short_vocabulary_warns_and_bpe_reaches_whole_words(tmp_path: Path, caplog):
+    # Few word types, as in toyworld: unigram stops far short of the size asked and the
+    # warning says so; BPE at a size the corpus can fill keeps the words whole, silently.
+    rng = random.Random(0)
+    words = ["маленький", "зелёный", "ромб", "находится", "над", "большим", "жёлтым", "квадратом"]
+    lines = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(3000)]
+    corpus = write_lines(tmp_path / "ru.txt", lines)
+    with caplog.at_level("WARNING", logger="mmptm.data.tokenizer"):
+        uni = train_tokenizer([corpus], tmp_path / "uni", vocab_size=2000, languages=["ru"])
+    assert uni.vocab_size < 1000
+    assert any("pieces of the 2000 asked" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mmptm.data.tokenizer"):
+        bpe = train_tokenizer(
+            [corpus], tmp_path / "bpe", vocab_size=120, languages=["ru"], model_type="bpe"
+        )
+    assert not caplog.records
+    assert [bpe.id_to_piece(i) for i in bpe.encode("маленький квадратом")] == [
+        "▁маленький",
+        "▁квадратом",
+    ]
