@@ -19,12 +19,13 @@ import torch
 import torch.nn.functional as F
 
 from mmptm.data.decode import Collate, ConcatPair
+from mmptm.data.toyworld.scene import COLORS as COLOR_RGB
+from mmptm.data.toyworld.scene import SHAPES
 from mmptm.eval.xlingual import read_pairs
 from mmptm.fusion.base import pool
 from mmptm.train.trainer import load_pretrained
 
-SHAPES = ("circle", "square", "triangle", "diamond", "star")
-COLORS = ("red", "green", "blue", "yellow", "purple", "orange")
+COLORS = tuple(COLOR_RGB)
 
 
 def first_of(text: str, vocab: tuple[str, ...]) -> int:
