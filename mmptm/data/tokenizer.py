@@ -661,7 +661,7 @@ def train_tokenizer(
     tok = Tokenizer(model, languages=langs, specials=specials)
     if tok.vocab_size < vocab_size // 2:
         # hard_vocab_limit=False lets sentencepiece stop short. Unigram does so on corpora with
-        # few word types (toyworld: 246 pieces asked 2000), splitting frequent words into
+        # few word types (toyworld: 253 pieces of 2000 asked), splitting frequent words into
         # letters; masked LM then becomes spelling completion. BPE reaches whole words there.
         log.warning(
             "tokenizer: %s training gave %d pieces of the %d asked; frequent words may be split "

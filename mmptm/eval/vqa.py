@@ -51,8 +51,9 @@ def evaluate_vqa(
             predictions[int(batch["question_id"][b])] = answer
             if answers and answers[b]:
                 scores.append(soft_score(answers[b], answer))
-                if batch.get("answer_type"):
-                    by_type[batch["answer_type"][b]].append(scores[-1])
+                kind = batch.get("answer_type", [""] * len(answers))[b]
+                if kind:  # a question without answer_type counts only in the overall accuracy
+                    by_type[kind].append(scores[-1])
     if results_file is not None:
         write_results(predictions, results_file)
     return {
