@@ -3,6 +3,7 @@
 1. Concept transfer: English class centroids (colour / shape of the first object named)
    classify the other languages' mean-pooled sentence vectors, per layer (centred per
    language). Chance: colour 1/6, shape 1/5. Aligned languages score well above chance.
+   With the same vectors, Tatoeba-style retrieval R@1 per layer (chance 1/items).
 2. Translation use: 15% of the non-English half of a TLM input ``[CLS] en [SEP] x [SEP]``
    is masked; MLM accuracy with the true English sentence first vs a shuffled one vs an
    identical copy of x. A model that reads the first half scores higher with true/copy.
@@ -63,9 +64,14 @@ def main() -> None:
                 out[i].append(pool(layers[i], mask, "mean"))
         return [torch.cat(v) - torch.cat(v).mean(0) for v in out]
 
-    transfer = {k: [0.0] * (len(blocks) + 1) for k in ("colour", "shape")}
+    transfer = {k: [0.0] * (len(blocks) + 1) for k in ("colour", "shape", "retrieval")}
     for lang, pp in sorted(pairs.items()):
         en_vecs, x_vecs = embed([p[0] for p in pp], "en"), embed([p[1] for p in pp], lang)
+        gold = torch.arange(len(pp))
+        for i, (a, b) in enumerate(zip(en_vecs, x_vecs)):
+            sim = F.normalize(b, dim=-1) @ F.normalize(a, dim=-1).T
+            hits = (sim.argmax(1) == gold).float().mean() + (sim.argmax(0) == gold).float().mean()
+            transfer["retrieval"][i] += hits.item() / 2 / len(pairs)
         for k, vocab in (("colour", COLORS), ("shape", SHAPES)):
             y = torch.tensor([first_of(p[0], vocab) for p in pp])
             for i, (a, b) in enumerate(zip(en_vecs, x_vecs)):

@@ -43,6 +43,8 @@ _FAIRSEQ_ROLES = {"cls": ("<s>", 0), "pad": ("<pad>", 1), "sep": ("</s>", 2), "u
 _FAIRSEQ_OFFSET = 1
 #: ``sentencepiece``: the model's own ids; ``fairseq``: XLM-R / HF ``XLMRobertaTokenizer`` ids
 ID_SCHEMES = ("sentencepiece", "fairseq")
+#: sentencepiece's word-boundary mark: a piece starting with it begins a word
+WORD_START = "\u2581"
 _LANG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _TAG_RE = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_-]*)\]")
 _SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -144,6 +146,7 @@ class Tokenizer:
         self._special_ids = frozenset(
             {*self._role_ids.values(), *self._lang_ids, *controls, *appended}
         )
+        self._word_starts: frozenset[int] | None = None
 
     # -- construction helpers -------------------------------------------------------------
 
@@ -345,6 +348,18 @@ class Tokenizer:
     def special_ids(self) -> frozenset[int]:
         """All ids that are not text: role specials, language tags, control pieces."""
         return self._special_ids
+
+    @property
+    def word_start_ids(self) -> frozenset[int]:
+        """Text pieces that begin a word (sentencepiece's ``▁`` prefix), for whole-word masking."""
+        if self._word_starts is None:
+            self._word_starts = frozenset(
+                self._from_sp(i)
+                for i in range(self._sp.get_piece_size())
+                if self._sp.id_to_piece(i).startswith(WORD_START)
+                and self._from_sp(i) not in self._special_ids
+            )
+        return self._word_starts
 
     def is_special(self, tok_id: int) -> bool:
         """Whether ``tok_id`` is a special (never to be masked or decoded)."""

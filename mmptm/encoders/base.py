@@ -31,6 +31,8 @@ class VocabInfo:
     sep_id: int = 3
     special_ids: frozenset[int] = field(default_factory=frozenset)
     languages: tuple[str, ...] = ()
+    #: text ids that begin a word (whole-word masking); empty when the tokenizer has no marks
+    word_starts: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
     def from_tokenizer(cls, tok) -> VocabInfo:
@@ -42,6 +44,7 @@ class VocabInfo:
             sep_id=tok.sep_id,
             special_ids=frozenset(tok.special_ids),
             languages=tuple(tok.languages),
+            word_starts=tok.word_start_ids,
         )
 
 

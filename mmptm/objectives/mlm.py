@@ -35,10 +35,25 @@ def mask_tokens(
     mask_id: int,
     special_ids: torch.Tensor,
     random_pool: torch.Tensor,
+    word_starts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (masked inputs, labels with IGNORE at unselected positions)."""
+    """Return (masked inputs, labels with IGNORE at unselected positions).
+
+    With ``word_starts`` (the ids of word-initial pieces) whole words are selected: a word
+    is a word-initial piece, or any text piece that follows a non-text one, together with
+    the continuation pieces after it; each word is selected with ``mask_prob``, and the
+    [MASK]/random/keep choice is then made per piece, as in BERT's whole-word masking.
+    """
     candidates = real_BL.bool() & ~torch.isin(ids_BL, special_ids)
-    selected = candidates & (torch.rand(ids_BL.shape, generator=g) < mask_prob)
+    if word_starts is None:
+        draw_BL = torch.rand(ids_BL.shape, generator=g)
+    else:
+        after_text_BL = F.pad(candidates[:, :-1], (1, 0), value=False)
+        starts_BL = candidates & (torch.isin(ids_BL, word_starts) | ~after_text_BL)
+        word_BL = torch.cumsum(starts_BL.long(), dim=1)  # which word each piece belongs to
+        B, L = ids_BL.shape
+        draw_BL = torch.rand(B, L + 1, generator=g).gather(1, word_BL)
+    selected = candidates & (draw_BL < mask_prob)
     labels = torch.where(selected, ids_BL, torch.full_like(ids_BL, IGNORE))
     r = torch.rand(ids_BL.shape, generator=g)
     to_mask = selected & (r < p_mask)
@@ -67,6 +82,8 @@ class MaskTokens:
     mask_id: int
     special_ids: torch.Tensor
     random_pool: torch.Tensor
+    #: word-initial piece ids for whole-word masking; None masks pieces independently
+    word_starts: torch.Tensor | None = None
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         ids = batch[f"{self.prefix}input_ids"]
@@ -81,6 +98,7 @@ class MaskTokens:
             mask_id=self.mask_id,
             special_ids=self.special_ids,
             random_pool=self.random_pool,
+            word_starts=self.word_starts,
         )
         if "itm_labels" in batch:
             labels[batch["itm_labels"] == 0] = IGNORE
@@ -102,6 +120,9 @@ class MaskedLM(Objective):
         mask_prob: float = 0.15
         replace_with_mask: float = 0.8
         replace_with_random: float = 0.1
+        #: select whole words (a word-initial sentencepiece piece and its continuations),
+        #: so a masked word cannot be completed from its own other pieces
+        whole_word: bool = False
         #: eps of the head's LayerNorm (BERT/XLM-R set it from their config)
         layer_norm_eps: float = 1e-12
 
@@ -115,6 +136,14 @@ class MaskedLM(Objective):
         pool = torch.tensor(
             [i for i in range(vocab.vocab_size) if i not in vocab.special_ids], dtype=torch.long
         )
+        word_starts = None
+        if cfg.whole_word:
+            if not vocab.word_starts:
+                raise ValueError(
+                    "mlm.whole_word needs a tokenizer whose pieces mark word starts "
+                    "(sentencepiece's '\u2581'); this vocabulary has none"
+                )
+            word_starts = torch.tensor(sorted(vocab.word_starts), dtype=torch.long)
         return MaskTokens(
             prefix=text_key_prefix(cfg.modality),
             mask_prob=cfg.mask_prob,
@@ -123,6 +152,7 @@ class MaskedLM(Objective):
             mask_id=vocab.mask_id,
             special_ids=specials,
             random_pool=pool,
+            word_starts=word_starts,
         )
 
     def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:

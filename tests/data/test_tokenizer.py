@@ -454,3 +454,21 @@ def test_short_vocabulary_warns_and_bpe_reaches_whole_words(tmp_path: Path, capl
         "▁маленький",
         "▁квадратом",
     ]
+
+
+@pytest.mark.parametrize("scheme", ["sentencepiece", "fairseq"])
+def test_word_start_ids_mark_the_first_piece_of_every_word(
+    tok: Tokenizer, xlmr_spm: Path, scheme: str
+):
+    t = tok if scheme == "sentencepiece" else Tokenizer.from_xlmr(xlmr_spm)
+    assert not (t.word_start_ids & t.special_ids)
+    for text in [*make_sentences("en", 30, seed=5), *make_sentences("ru", 30, seed=5)]:
+        words = text.split()
+        # Independent of the piece spelling: each word encoded alone starts a word, and the
+        # sentence has exactly one word-start piece per word.
+        for w in words:
+            first, *rest = t.encode(w)
+            assert first in t.word_start_ids, w
+            assert not set(rest) & t.word_start_ids, w
+        n_starts = sum(i in t.word_start_ids for i in t.encode(text))
+        assert n_starts == len(words), text

@@ -139,6 +139,65 @@ def test_prefixed_modality_uses_prefixed_keys() -> None:
     assert "text2_mlm_labels" in out and "mlm_labels" not in out
 
 
+def _worded_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids built word by word (word starts 5-499, continuations 500-999), with the word
+    index of every piece (-1 for specials and padding). After some [SEP]s the text goes on
+    with a continuation piece, which must count as a word of its own."""
+    g = torch.Generator().manual_seed(seed)
+    B, L = 256, 96
+    ids = torch.zeros(B, L, dtype=torch.long)
+    word = torch.full((B, L), -1)
+    real = torch.zeros(B, L, dtype=torch.bool)
+    n_words = 0
+    for b in range(B):
+        row, words = [2], [-1]
+        end = int(torch.randint(40, L, (1,), generator=g))
+        while len(row) < end:
+            if torch.rand(1, generator=g) < 0.08:
+                row.append(3)
+                words.append(-1)
+                first = int(torch.randint(500, 1000, (1,), generator=g))  # orphan continuation
+            else:
+                first = int(torch.randint(5, 500, (1,), generator=g))
+            n_cont = int(torch.randint(0, 4, (1,), generator=g))
+            row += [first, *torch.randint(500, 1000, (n_cont,), generator=g).tolist()]
+            words += [n_words] * (1 + n_cont)
+            n_words += 1
+        row, words = row[:end], words[:end]
+        ids[b, : len(row)] = torch.tensor(row)
+        ids[b, len(row) :] = torch.randint(5, 1000, (L - len(row),), generator=g)  # padding
+        word[b, : len(row)] = torch.tensor(words)
+        real[b, : len(row)] = True
+    return ids, real, word
+
+
+def test_whole_word_masking_selects_every_piece_of_a_word_or_none() -> None:
+    ids, real, word = _worded_batch()
+    vocab = VocabInfo(vocab_size=1000, special_ids=SPECIALS, word_starts=frozenset(range(5, 500)))
+    t = MaskedLM.data_transform(MaskedLM.Config(whole_word=True, mask_prob=0.3), vocab)
+    out = t({"input_ids": ids.clone(), "attention_mask": real}, torch.Generator().manual_seed(0))
+    selected = out["mlm_labels"] != IGNORE
+    assert not bool((selected & (word < 0)).any())  # never a special or padding
+    sel_w = torch.zeros(int(word.max()) + 1)
+    n_w = torch.zeros_like(sel_w)
+    sel_w.index_add_(0, word[word >= 0], selected[word >= 0].float())
+    n_w.index_add_(0, word[word >= 0], torch.ones(int((word >= 0).sum())))
+    assert bool(((sel_w == 0) | (sel_w == n_w)).all())  # all pieces of a word or none
+    frac_words = (sel_w > 0).float().mean().item()
+    assert len(sel_w) > 6000 and abs(frac_words - 0.3) < 0.025, frac_words
+    # words of several pieces really occur masked together (the test is not vacuous)
+    assert int(((sel_w == n_w) & (n_w >= 3)).sum()) > 200
+    # the [MASK]/random/keep choice is per piece, as in BERT's whole-word masking
+    sel_in = out["input_ids"][selected]
+    assert abs((sel_in == VOCAB.mask_id).float().mean().item() - 0.8) < 0.02
+    assert torch.equal(out["mlm_labels"][selected], ids[selected])
+
+
+def test_whole_word_masking_needs_word_start_information() -> None:
+    with pytest.raises(ValueError, match="whole_word"):
+        _transform(whole_word=True)  # VOCAB has no word starts (e.g. an HF config alone)
+
+
 @pytest.mark.parametrize(
     "cfg", [{"mask_prob": 0.0}, {"mask_prob": 1.0}, {"replace_with_mask": 0.95}]
 )
