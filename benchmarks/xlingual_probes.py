@@ -64,25 +64,23 @@ def main() -> None:
                 out[i].append(pool(layers[i], mask, "mean"))
         return [torch.cat(v) - torch.cat(v).mean(0) for v in out]
 
-    transfer = {k: [0.0] * (len(blocks) + 1) for k in ("colour", "shape", "retrieval")}
+    vocabs = {"colour": COLORS, "shape": SHAPES}
+    scores = {k: [0.0] * (len(blocks) + 1) for k in (*vocabs, "retrieval R@1")}
     for lang, pp in sorted(pairs.items()):
         en_vecs, x_vecs = embed([p[0] for p in pp], "en"), embed([p[1] for p in pp], lang)
         gold = torch.arange(len(pp))
+        ys = {k: torch.tensor([first_of(p[0], v) for p in pp]) for k, v in vocabs.items()}
         for i, (a, b) in enumerate(zip(en_vecs, x_vecs)):
-            sim = F.normalize(b, dim=-1) @ F.normalize(a, dim=-1).T
+            b = F.normalize(b, dim=-1)
+            sim = b @ F.normalize(a, dim=-1).T
             hits = (sim.argmax(1) == gold).float().mean() + (sim.argmax(0) == gold).float().mean()
-            transfer["retrieval"][i] += hits.item() / 2 / len(pairs)
-        for k, vocab in (("colour", COLORS), ("shape", SHAPES)):
-            y = torch.tensor([first_of(p[0], vocab) for p in pp])
-            for i, (a, b) in enumerate(zip(en_vecs, x_vecs)):
-                cents = torch.stack([a[y == c].mean(0) for c in range(len(vocab))])
-                pred = (F.normalize(b, dim=-1) @ F.normalize(cents, dim=-1).T).argmax(1)
-                transfer[k][i] += (pred == y).float().mean().item() / len(pairs)
-    for k, accs in transfer.items():
-        print(
-            f"{k} transfer by layer: "
-            + " ".join(f"L{i} {100 * a:.0f}%" for i, a in enumerate(accs))
-        )
+            scores["retrieval R@1"][i] += hits.item() / 2 / len(pairs)
+            for k, y in ys.items():
+                cents = torch.stack([a[y == c].mean(0) for c in range(len(vocabs[k]))])
+                pred = (b @ F.normalize(cents, dim=-1).T).argmax(1)
+                scores[k][i] += (pred == y).float().mean().item() / len(pairs)
+    for k, accs in scores.items():
+        print(f"{k} by layer: " + " ".join(f"L{i} {100 * a:.0f}%" for i, a in enumerate(accs)))
 
     mlm = model.objectives["mlm"]
     concat, g = ConcatPair(tok.pad_id, cfg.data.restart_positions), torch.Generator()
