@@ -7,19 +7,26 @@
 2. Translation use: 15% of the non-English half of a TLM input ``[CLS] en [SEP] x [SEP]``
    is masked; MLM accuracy with the true English sentence first vs a shuffled one vs an
    identical copy of x. A model that reads the first half scores higher with true/copy.
+   Accuracy is also split into content words (colours, shapes, sizes: toyworld's lexicon,
+   or ``--content`` for other data), which only the translation can reveal, and the rest;
+   and the attention mass that masked positions put on the first half is given per layer.
 
     python benchmarks/xlingual_probes.py RUN --data runs/demo-multilingual/toyworld
+    python benchmarks/xlingual_probes.py RUN --pairs 'DIR/test-*.tar' --content DIR/content.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from mmptm.data.decode import Collate, ConcatPair
+from mmptm.data.toyworld.language import LEXICON
 from mmptm.data.toyworld.scene import COLORS as COLOR_RGB
 from mmptm.data.toyworld.scene import SHAPES
 from mmptm.eval.xlingual import read_pairs
@@ -33,13 +40,39 @@ def first_of(text: str, vocab: tuple[str, ...]) -> int:
     return next(vocab.index(w) for w in re.findall(r"\w+", text.lower()) if w in vocab)
 
 
+def word_forms(entry: Any) -> set[str]:
+    """Every lower-cased word of a lexicon entry (strings, nested dicts, (gender, forms))."""
+    if isinstance(entry, str):
+        return set(entry.lower().split())
+    items = entry.values() if isinstance(entry, dict) else entry
+    return set().union(*(word_forms(e) for e in items))
+
+
+def toyworld_content() -> dict[str, set[str]]:
+    """Content words per language: the forms of colours, shapes and sizes."""
+    return {
+        lang: word_forms(
+            [lex["colors"], [forms for _, forms in lex["nouns"].values()], lex["sizes"]]
+        )
+        for lang, lex in LEXICON.items()
+    }
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="run directory or checkpoint of a text model (single_stream)")
-    ap.add_argument("--data", required=True, help="toyworld directory (parallel/test-*.tar)")
+    ap.add_argument("--data", help="toyworld directory (its parallel/test-*.tar)")
+    ap.add_argument("--pairs", help="parallel test shards (default: DATA/parallel/test-*.tar)")
+    ap.add_argument("--content", help="JSON {language: [content words]} (default: toyworld's)")
     ap.add_argument("--items", type=int, default=500)
     args = ap.parse_args()
+    if not (args.data or args.pairs):
+        ap.error("give --data or --pairs")
+    content = toyworld_content()
+    if args.content:
+        with open(args.content, encoding="utf-8") as f:
+            content = {lang: {w.lower() for w in ws} for lang, ws in json.load(f).items()}
     model, tok, cfg = load_pretrained(args.run)
     blocks = model.fusion.stack.blocks
     layers: dict[int, torch.Tensor] = {}
@@ -47,7 +80,7 @@ def main() -> None:
     for i, block in enumerate(blocks):
         block.register_forward_hook(lambda m, a, o, i=i: layers.__setitem__(i + 1, o))
     collate = Collate(tok.pad_id, lambda c: tok.lang_index(c) if c in tok.languages else 0)
-    pairs = read_pairs(f"{args.data}/parallel/test-*.tar", "en", args.items)
+    pairs = read_pairs(args.pairs or f"{args.data}/parallel/test-*.tar", "en", args.items)
     L = cfg.data.max_text_len
 
     def ids(text: str) -> list[int]:
@@ -84,10 +117,17 @@ def main() -> None:
 
     mlm = model.objectives["mlm"]
     concat, g = ConcatPair(tok.pad_id, cfg.data.restart_positions), torch.Generator()
-    use: dict[str, float] = {}
+    attn_in: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for block in blocks:
+        block.attn.register_forward_pre_hook(
+            lambda m, a, kw: attn_in.append((a[0], kw["mask_BK"])), with_kwargs=True
+        )
+    pieces = [tok.id_to_piece(i).lstrip("\u2581").lower() for i in range(tok.vocab_size)]
+    print("masked-word accuracy in the second half (all / content words / other words)")
     for cond in ("true", "shuffled", "copy"):
         g.manual_seed(0)  # the same masked positions in every condition
-        total = 0.0
+        hits: dict[str, list[float]] = {"all": [], "content": [], "other": []}
+        mass = torch.zeros(len(blocks))
         for lang, pp in sorted(pairs.items()):
             firsts = [p[0] for p in pp]
             if cond == "shuffled":
@@ -104,12 +144,24 @@ def main() -> None:
             special = torch.isin(x, torch.tensor([tok.pad_id, tok.cls_id, tok.sep_id]))
             cand = (batch["segment_ids"] == 1) & ~special & batch["attention_mask"]
             pick = cand & (torch.rand(x.shape, generator=g) < 0.15)
-            batch["mlm_labels"] = torch.where(pick, x, torch.full_like(x, -100))
             batch["input_ids"] = torch.where(pick, torch.full_like(x, tok.mask_id), x)
-            total += mlm(model.fuse(batch), batch)["acc"].item() / len(pairs)
-        use[cond] = total
-    print("masked-word accuracy in the second half, first half = " +
-          ", ".join(f"{c}: {100 * a:.1f}%" for c, a in use.items()))  # fmt: skip
+            attn_in.clear()
+            hidden = model.fuse(batch).hidden["text"]
+            right = mlm.logits(hidden[pick]).argmax(-1) == x[pick]
+            words = content.get(lang, set())
+            is_content = torch.tensor(
+                [pieces[i] in words for i in x[pick].tolist()], dtype=torch.bool
+            )
+            for k, sel in (("all", slice(None)), ("content", is_content), ("other", ~is_content)):
+                if right[sel].numel():
+                    hits[k].append(right[sel].float().mean().item())
+            first = (batch["segment_ids"] == 0) & batch["attention_mask"]
+            for i, (blk, (h, m)) in enumerate(zip(blocks, attn_in)):
+                w = blk.attn.weights(h, mask_BK=m).mean(1)  # [B,N,N], heads averaged
+                mass[i] += (w * first[:, None, :]).sum(-1)[pick].mean().item() / len(pairs)
+        acc = " / ".join(f"{100 * sum(v) / len(v):.1f}%" if v else "-" for v in hits.values())
+        print(f"  first half {cond}: {acc}; attention on the first half by layer: "
+              + " ".join(f"L{i + 1} {v:.2f}" for i, v in enumerate(mass.tolist())))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -44,6 +44,28 @@ class Attention(nn.Module):
         self.v = nn.Linear(kv_width, width, bias=bias)
         self.out = nn.Linear(width, width, bias=bias)
 
+    def weights(
+        self,
+        x_BQD: torch.Tensor,
+        x_BKD: torch.Tensor | None = None,
+        mask_BK: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The attention probabilities ``[B,H,Q,K]`` that ``forward`` uses (no dropout).
+
+        Recomputed from the same projections, for inspection (attention maps, probes);
+        masked keys get exactly 0.
+        """
+        kv_BKD = x_BQD if x_BKD is None else x_BKD
+        B, Q, D = x_BQD.shape
+        H = self.heads
+        q_BHQE = self.q(x_BQD).view(B, Q, H, D // H).transpose(1, 2)
+        k_BHKE = self.k(kv_BKD).view(B, kv_BKD.shape[1], H, D // H).transpose(1, 2)
+        scores_BHQK = q_BHQE @ k_BHKE.transpose(-1, -2) / (D // H) ** 0.5
+        mask = key_padding_mask(mask_BK)
+        if mask is not None:
+            scores_BHQK = scores_BHQK.masked_fill(~mask, float("-inf"))
+        return scores_BHQK.softmax(-1)
+
     def forward(
         self,
         x_BQD: torch.Tensor,

@@ -15,8 +15,12 @@ def _reference_attention(
     x_BQD: torch.Tensor,
     kv_BKC: torch.Tensor,
     mask_BK: torch.Tensor | None,
+    probs: list[torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """softmax(QKᵀ/√E + mask)V with explicit loops over batch and heads, in float64."""
+    """softmax(QKᵀ/√E + mask)V with explicit loops over batch and heads, in float64.
+
+    ``probs``, if given, receives each (batch, head)'s [Q,K] probabilities in that order.
+    """
     W = {name: getattr(attn, name) for name in ("q", "k", "v", "out")}
     w = {n: m.weight.detach().double() for n, m in W.items()}
     b = {n: m.bias.detach().double() for n, m in W.items()}
@@ -42,6 +46,8 @@ def _reference_attention(
             scores = scores - scores.max(dim=1, keepdim=True).values
             p = scores.exp()
             p = p / p.sum(dim=1, keepdim=True)
+            if probs is not None:
+                probs.append(p)
             heads.append(p @ v[:, sl])
         out[bi] = torch.cat(heads, dim=1) @ w["out"].T + b["out"]
     return out
@@ -78,6 +84,24 @@ def test_cross_attention_with_other_kv_width_matches_explicit_softmax() -> None:
     assert got.shape == (2, 5, 12)
     want = _reference_attention(attn, x, ctx, mask)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_match_explicit_softmax_and_ignore_masked_keys() -> None:
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    attn = Attention(width=12, heads=3, kv_width=20, dropout=0.5).train()  # weights: no dropout
+    x = torch.randn(2, 5, 12, generator=g)
+    ctx = torch.randn(2, 9, 20, generator=g)
+    mask = _random_mask(2, 9, g)
+    probs: list[torch.Tensor] = []
+    _reference_attention(attn, x, ctx, mask, probs)
+    got = attn.weights(x, ctx, mask)
+    assert got.shape == (2, 3, 5, 9)
+    torch.testing.assert_close(
+        got.double(), torch.stack(probs).view(2, 3, 5, 9), rtol=1e-5, atol=1e-6
+    )
+    assert bool((got[~mask[:, None, None, :].expand_as(got)] == 0).all())
+    torch.testing.assert_close(got.sum(-1), torch.ones(2, 3, 5))
 
 
 def test_masked_key_values_do_not_change_outputs() -> None:
