@@ -40,6 +40,10 @@ class TrainConfig:
     progress: bool = True
     #: DDP option for models whose objectives leave parameters unused on some steps
     find_unused_parameters: bool = False
+    #: parameters left out of training, as glob patterns over their names, e.g.
+    #: ["encoders.text.*"] (the text embeddings, as in cross-lingual transfer) or
+    #: ["fusion.stack.blocks.0.*"]; every pattern must match some parameter
+    freeze: list[str] = field(default_factory=list)
 
 
 @dataclass

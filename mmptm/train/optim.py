@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import math
 
 import torch
@@ -22,6 +23,26 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+
+
+def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
+    """Stop training the parameters whose names match any glob pattern; returns their names.
+
+    A pattern that matches nothing is an error (a typo would otherwise train everything).
+    """
+    names = [n for n, _ in model.named_parameters()]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            sample = ", ".join(sorted({n.rsplit(".", 2)[0] + ".*" for n in names})[:12])
+            raise ValueError(
+                f"train.freeze: {pattern!r} matches no parameter; names look like {sample}, ..."
+            )
+    frozen = []
+    for name, p in model.named_parameters():
+        if any(fnmatch.fnmatchcase(name, pat) for pat in patterns):
+            p.requires_grad_(False)
+            frozen.append(name)
+    return frozen
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:

@@ -33,7 +33,7 @@ from mmptm.encoders.base import VocabInfo
 from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.train import checkpoint as ckpt
 from mmptm.train.config import RunConfig
-from mmptm.train.optim import build_optimizer
+from mmptm.train.optim import build_optimizer, freeze
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,10 @@ class Trainer:
         self.model, self.tokenizer = build_model(cfg)
         if init_state is not None and cfg.init_mode == "weights":
             load_init(self.model, init_state["model"], cfg.init)
+        frozen = freeze(self.model, tc.freeze)
+        if frozen and self.dist.main:
+            n = sum(p.numel() for name, p in self.model.named_parameters() if name in frozen)
+            log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer)
         self.stream = stream_config(

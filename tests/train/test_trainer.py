@@ -147,3 +147,28 @@ def test_lr_schedule_warms_up_then_decays(schedule):
         assert f[35] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.25)))
     else:
         assert f[35] == pytest.approx(0.1 + 0.9 * 0.75)
+
+
+def test_freeze_keeps_matching_parameters_and_trains_the_rest(tiny_world, tmp_path):
+    run = tmp_path / "r"
+    over = [*tiny_overrides(tiny_world, run), "train.max_steps=3", "train.freeze=[encoders.text.*]"]
+    cfg = load_run_config(CLIP, over)
+    trainer = Trainer(cfg)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.fit()
+    after = dict(trainer.model.named_parameters())
+    frozen = {n for n in before if n.startswith("encoders.text.")}
+    assert "encoders.text.word.weight" in frozen
+    for n in frozen:
+        assert torch.equal(before[n], after[n].detach()) and not after[n].requires_grad, n
+    trained = [n for n in before if n not in frozen]
+    changed = [n for n in trained if not torch.equal(before[n], after[n].detach())]
+    assert len(changed) > len(trained) // 2, f"only {changed} changed"
+    in_optimizer = {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
+    assert not any(id(after[n]) in in_optimizer for n in frozen)
+
+
+def test_freeze_pattern_matching_nothing_is_an_error(tiny_world, tmp_path):
+    over = [*tiny_overrides(tiny_world, tmp_path / "r"), "train.freeze=[encoder.txt.*]"]
+    with pytest.raises(ValueError, match=r"train.freeze: 'encoder.txt.\*' matches no parameter"):
+        Trainer(load_run_config(CLIP, over))
