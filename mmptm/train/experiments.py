@@ -108,7 +108,7 @@ def multilingual_study(
     for name, run in runs.items():
         cfg = load_run_config(
             "configs/pretrain/xlm_tlm_tiny.yaml",
-            [f"output_dir={run}", f"train.max_steps={steps}", f"seed={seed}", *paths,
+            [f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}", *paths,
              *variants[name], *overrides],
         )  # fmt: skip
         pretrain(cfg)
@@ -129,7 +129,7 @@ def multilingual_study(
         for s in seeds:
             cfg = load_run_config(
                 "configs/finetune/xnli.yaml",
-                [f"output_dir={out}/xnli_{name.replace(' ', '_')}_{s}", f"seed={s}",
+                [f"output_dir={out}/xnli_{name.replace(' ', '_')}_{s}", "resume=true", f"seed={s}",
                  f"train.max_steps={ft_steps}", f"data.train={data}/nli/train-en-*.tar",
                  *eval_sets, *init],
             )  # fmt: skip
@@ -184,7 +184,14 @@ def vqa_study(
         run = out / recipe
         cfg = load_run_config(
             f"configs/pretrain/{recipe}.yaml",
-            [f"output_dir={run}", f"train.max_steps={steps}", f"seed={seed}", *paths, *overrides],
+            [
+                f"output_dir={run}",
+                "resume=true",
+                f"train.max_steps={steps}",
+                f"seed={seed}",
+                *paths,
+                *overrides,
+            ],
         )
         pretrain(cfg)
         result["retrieval"][recipe] = evaluate_retrieval(
@@ -196,7 +203,7 @@ def vqa_study(
                 ft = out / f"vqa_{recipe}_{name.replace(' ', '_')}_{s}"
                 cfg = load_run_config(
                     "configs/finetune/vqa.yaml",
-                    [f"init={run}", *init, f"output_dir={ft}", f"seed={s}",
+                    [f"init={run}", *init, f"output_dir={ft}", "resume=true", f"seed={s}",
                      f"train.max_steps={ft_steps}", f"data.train={data}/vqa/train-*.tar",
                      f"data.test={data}/vqa/test-*.tar", f"model.objectives.vqa.answers={answers}"],
                 )  # fmt: skip

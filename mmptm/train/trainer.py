@@ -225,6 +225,12 @@ class Trainer:
                 f"{path} was written by {state['world_size']} ranks; resuming with "
                 f"{self.dist.world} would change which samples each rank sees"
             )
+        theirs = state.get("config", {}).get("train", {}).get("max_steps")
+        if theirs is not None and theirs != self.cfg.train.max_steps:
+            raise ValueError(
+                f"{path} belongs to a run with train.max_steps={theirs}; this one has "
+                f"{self.cfg.train.max_steps}, another schedule: use another output_dir"
+            )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

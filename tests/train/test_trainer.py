@@ -172,3 +172,16 @@ def test_freeze_pattern_matching_nothing_is_an_error(tiny_world, tmp_path):
     over = [*tiny_overrides(tiny_world, tmp_path / "r"), "train.freeze=[encoder.txt.*]"]
     with pytest.raises(ValueError, match=r"train.freeze: 'encoder.txt.\*' matches no parameter"):
         Trainer(load_run_config(CLIP, over))
+
+
+def test_resume_with_another_schedule_is_refused(tiny_world, tmp_path):
+    run = tmp_path / "r"
+    pretrain(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.max_steps=2"]))
+    over = [*tiny_overrides(tiny_world, run), "train.max_steps=3", "resume=true"]
+    trainer = Trainer(load_run_config(CLIP, over))
+    with pytest.raises(ValueError, match=r"train.max_steps=2; this one has 3"):
+        trainer.fit()
+    same = [*tiny_overrides(tiny_world, run), "train.max_steps=2", "resume=true"]
+    trainer = Trainer(load_run_config(CLIP, same))
+    trainer.fit()  # a finished run resumes to its end: nothing left to do
+    assert trainer.step == 2
