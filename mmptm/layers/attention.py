@@ -44,6 +44,11 @@ class Attention(nn.Module):
         self.v = nn.Linear(kv_width, width, bias=bias)
         self.out = nn.Linear(width, width, bias=bias)
 
+    def _heads(self, proj: nn.Linear, x_BND: torch.Tensor) -> torch.Tensor:
+        """Project and split into heads: [B,N,*] → [B,H,N,E]."""
+        B, N = x_BND.shape[:2]
+        return proj(x_BND).view(B, N, self.heads, -1).transpose(1, 2)
+
     def weights(
         self,
         x_BQD: torch.Tensor,
@@ -56,11 +61,8 @@ class Attention(nn.Module):
         masked keys get exactly 0.
         """
         kv_BKD = x_BQD if x_BKD is None else x_BKD
-        B, Q, D = x_BQD.shape
-        H = self.heads
-        q_BHQE = self.q(x_BQD).view(B, Q, H, D // H).transpose(1, 2)
-        k_BHKE = self.k(kv_BKD).view(B, kv_BKD.shape[1], H, D // H).transpose(1, 2)
-        scores_BHQK = q_BHQE @ k_BHKE.transpose(-1, -2) / (D // H) ** 0.5
+        q_BHQE, k_BHKE = self._heads(self.q, x_BQD), self._heads(self.k, kv_BKD)
+        scores_BHQK = q_BHQE @ k_BHKE.transpose(-1, -2) / q_BHQE.shape[-1] ** 0.5
         mask = key_padding_mask(mask_BK)
         if mask is not None:
             scores_BHQK = scores_BHQK.masked_fill(~mask, float("-inf"))
@@ -74,15 +76,10 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         kv_BKD = x_BQD if x_BKD is None else x_BKD
         B, Q, D = x_BQD.shape
-        K = kv_BKD.shape[1]
-        H = self.heads
-        q_BHQE = self.q(x_BQD).view(B, Q, H, D // H).transpose(1, 2)
-        k_BHKE = self.k(kv_BKD).view(B, K, H, D // H).transpose(1, 2)
-        v_BHKE = self.v(kv_BKD).view(B, K, H, D // H).transpose(1, 2)
         o_BHQE = F.scaled_dot_product_attention(
-            q_BHQE,
-            k_BHKE,
-            v_BHKE,
+            self._heads(self.q, x_BQD),
+            self._heads(self.k, kv_BKD),
+            self._heads(self.v, kv_BKD),
             attn_mask=key_padding_mask(mask_BK),
             dropout_p=self.dropout if self.training else 0.0,
         )
