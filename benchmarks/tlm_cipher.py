@@ -23,12 +23,13 @@ import random
 import re
 from pathlib import Path
 
+from xlingual_probes import toyworld_content  # this folder's sibling script
+
 from mmptm.data.converters import convert_parallel_files
 from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
 from mmptm.data.tokenizer import Tokenizer
 
 WORD = re.compile(r"[\w'-]+")
-CONTENT = ("colors", "nouns", "sizes")
 
 
 def sentences(pattern: str) -> list[str]:
@@ -45,8 +46,6 @@ def main() -> None:
     ap.add_argument("--lang", default="ru", help="whose one-piece words make the cipher")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    from mmptm.data.toyworld.language import LEXICON
-
     data, out = Path(args.data), Path(args.out)
     tok = Tokenizer.load(data / "tokenizer.model")
     english = {split: sentences(f"{data}/mono/{split}-en-*.tar") for split in ("train", "test")}
@@ -71,14 +70,8 @@ def main() -> None:
         convert_parallel_files(
             out / f"{split}.en", out / f"{split}.{args.lang}", ("en", args.lang), out, split=split
         )
-    en = LEXICON["en"]
-    content = {w for c in en["colors"].values() for w in c.split()} | set(en["sizes"].values())
-    content |= {forms for _, forms in en["nouns"].values()}
-    (out / "content.json").write_text(
-        json.dumps(
-            {args.lang: sorted(cipher[w] for w in content if w in cipher)}, ensure_ascii=False
-        )
-    )
+    content = sorted(cipher[w] for w in toyworld_content()["en"] if w in cipher)
+    (out / "content.json").write_text(json.dumps({args.lang: content}, ensure_ascii=False))
     print(f"{out}: {sum(map(len, english.values()))} pairs, {len(types)} word types enciphered")
 
 

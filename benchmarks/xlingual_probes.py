@@ -126,7 +126,7 @@ def main() -> None:
     print("masked-word accuracy in the second half (all / content words / other words)")
     for cond in ("true", "shuffled", "copy"):
         g.manual_seed(0)  # the same masked positions in every condition
-        hits: dict[str, list[float]] = {"all": [], "content": [], "other": []}
+        acc_by: dict[str, list[float]] = {"all": [], "content": [], "other": []}
         mass = torch.zeros(len(blocks))
         for lang, pp in sorted(pairs.items()):
             firsts = [p[0] for p in pp]
@@ -154,12 +154,12 @@ def main() -> None:
             )
             for k, sel in (("all", slice(None)), ("content", is_content), ("other", ~is_content)):
                 if right[sel].numel():
-                    hits[k].append(right[sel].float().mean().item())
+                    acc_by[k].append(right[sel].float().mean().item())
             first = (batch["segment_ids"] == 0) & batch["attention_mask"]
             for i, (blk, (h, m)) in enumerate(zip(blocks, attn_in)):
                 w = blk.attn.weights(h, mask_BK=m).mean(1)  # [B,N,N], heads averaged
                 mass[i] += (w * first[:, None, :]).sum(-1)[pick].mean().item() / len(pairs)
-        acc = " / ".join(f"{100 * sum(v) / len(v):.1f}%" if v else "-" for v in hits.values())
+        acc = " / ".join(f"{100 * sum(v) / len(v):.1f}%" if v else "-" for v in acc_by.values())
         print(f"  first half {cond}: {acc}; attention on the first half by layer: "
               + " ".join(f"L{i + 1} {v:.2f}" for i, v in enumerate(mass.tolist())))  # fmt: skip
 

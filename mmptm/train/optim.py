@@ -30,18 +30,18 @@ def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
 
     A pattern that matches nothing is an error (a typo would otherwise train everything).
     """
-    names = [n for n, _ in model.named_parameters()]
+    params = dict(model.named_parameters())
+    frozen: list[str] = []
     for pattern in patterns:
-        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
-            sample = ", ".join(sorted({n.rsplit(".", 2)[0] + ".*" for n in names})[:12])
+        matched = [n for n in params if fnmatch.fnmatchcase(n, pattern)]
+        if not matched:
+            sample = ", ".join(sorted({n.rsplit(".", 2)[0] + ".*" for n in params})[:12])
             raise ValueError(
                 f"train.freeze: {pattern!r} matches no parameter; names look like {sample}, ..."
             )
-    frozen = []
-    for name, p in model.named_parameters():
-        if any(fnmatch.fnmatchcase(name, pat) for pat in patterns):
-            p.requires_grad_(False)
-            frozen.append(name)
+        frozen += [n for n in matched if n not in frozen]
+    for name in frozen:
+        params[name].requires_grad_(False)
     return frozen
 
 

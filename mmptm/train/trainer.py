@@ -164,7 +164,7 @@ class Trainer:
             load_init(self.model, init_state["model"], cfg.init)
         frozen = freeze(self.model, tc.freeze)
         if frozen and self.dist.main:
-            n = sum(p.numel() for name, p in self.model.named_parameters() if name in frozen)
+            n = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)
             log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer)
