@@ -272,15 +272,26 @@ def test_parallel_view_pairs_every_language(
     root, manifest = world
     pairs = list(itertools.combinations(LANGS, 2))
     by_scene = {s["__key__"]: json.loads(s["json"])["captions"] for s in image_text}
+    scenes = {s.key: s for split in tw.SPLITS for s in _scenes_of(manifest, split)}
     got: dict[str, list[tuple[str, ...]]] = {}
     for split in tw.SPLITS:
         for s in _read(root, manifest["shards"]["parallel"][split]):
             rec = json.loads(s["json"])
+            a, b = rec["languages"]
+            if s["__key__"].endswith("_statements"):  # train only: the scene's facts
+                assert split == "train"
+                scene = scenes[rec["scene"]]
+                assert rec["texts"] == [tw.statements(scene, a), tw.statements(scene, b)]
+                continue
             caps = by_scene[rec["scene"]]
-            assert rec["texts"] == [caps[rec["languages"][0]], caps[rec["languages"][1]]]
-            got.setdefault(rec["scene"], []).append(tuple(rec["languages"]))
+            assert rec["texts"] == [caps[a], caps[b]]
+            got.setdefault(rec["scene"], []).append((a, b))
     assert set(got) == set(by_scene)
     assert all(v == pairs for v in got.values())
+
+
+def _scenes_of(manifest: dict, split: str) -> list[tw.Scene]:
+    return [tw.sample_scene(manifest["seed"], split, i) for i in range(manifest["counts"][split])]
 
 
 def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
@@ -297,11 +308,12 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
         for split, paths in per_split.items():
             n = len(_read(root, paths))
             assert n == manifest["samples"][view][split]
-            scenes = [tw.sample_scene(3, split, i) for i in range(manifest["counts"][split])]
+            scenes = _scenes_of(manifest, split)
+            texts = 2 if split == "train" else 1  # captions, and statements for train
             expected = {
                 "image_text": len(scenes),
-                "parallel": n_pairs * len(scenes),
-                "mono": len(LANGS) * len(scenes),
+                "parallel": n_pairs * len(scenes) * texts,
+                "mono": len(LANGS) * len(scenes) * texts,
                 "nli": len(LANGS) * sum(len(tw.nli_pairs(s)) for s in scenes),
                 "regions": len(scenes),
                 "vqa": sum(len(tw.vqa_questions(s)) for s in scenes),
@@ -368,13 +380,19 @@ def test_bad_arguments(tmp_path: Path, kwargs: dict, match: str) -> None:
 def test_mono_view(world: tuple[Path, dict]) -> None:
     root, manifest = world
     for split in tw.SPLITS:
-        scenes = [tw.sample_scene(3, split, i) for i in range(manifest["counts"][split])]
+        scenes = _scenes_of(manifest, split)
         for lang in LANGS:
             paths = manifest["by_language"]["mono"][split][lang]["shards"]
             samples = _read(root, paths)
-            assert [s["txt"].decode() for s in samples] == [tw.describe(s, lang) for s in scenes]
+            expected = [(f"{s.key}_{lang}", tw.describe(s, lang)) for s in scenes]
+            if split == "train":
+                expected = [
+                    item
+                    for s, caption in zip(scenes, expected)
+                    for item in (caption, (f"{s.key}_{lang}_statements", tw.statements(s, lang)))
+                ]
+            assert [(s["__key__"], s["txt"].decode()) for s in samples] == expected
             assert all(json.loads(s["json"]) == {"language": lang} for s in samples)
-            assert [s["__key__"] for s in samples] == [f"{s.key}_{lang}" for s in scenes]
 
 
 _RELATION_RE = re.compile(r"to the left of|to the right of|above|below")
@@ -480,6 +498,27 @@ def test_nli_labels_follow_from_the_premise() -> None:
                 assert _objects(prem, lang) == _objects(premise, "en")
                 assert hypo[0].isupper() and hypo.endswith(".")
     assert kinds == {(label, n) for label in tw.NLI_LABELS for n in (2, 3)}
+
+
+def test_statements_are_true_claims_in_every_language() -> None:
+    """Read each statement back and check it against the geometry (not tw.relation)."""
+    kinds = set()
+    for scene in _scenes(300, seed=6):
+        claims = tw.facts(scene)
+        assert 1 <= len(claims) <= tw.MAX_STATEMENTS
+        attrs = {(o.color, o.shape): o.size for o in scene.objects}
+        per_lang = {}
+        for lang in LANGS:
+            text = tw.statements(scene, lang)
+            sentences = re.split(r"(?<=\.) ", text)
+            assert len(sentences) == len(claims), (lang, text)
+            per_lang[lang] = [_claim(sent, lang) for sent in sentences]
+        for claim in per_lang["en"]:
+            true = attrs[claim[0]] == claim[1] if len(claim) == 2 else _holds(scene, *claim)
+            assert true, (tw.statements(scene, "en"), claim)
+            kinds.add(len(claim))
+        assert all(c == per_lang["en"] for c in per_lang.values()), per_lang
+    assert kinds == {2, 3}
 
 
 def test_nli_labels_are_balanced() -> None:

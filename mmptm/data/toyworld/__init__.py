@@ -9,8 +9,11 @@ added without touching the others::
 Views, each written for every split and requested language:
 
 - ``image_text``: img2dataset-style ``jpg`` + ``txt`` + ``json`` (annotations, all captions)
-- ``parallel``: one sample per scene and language pair, ``json`` = {languages, texts}
-- ``mono``: monolingual text, one shard set per language: ``mono/{split}-{lang}-%06d.tar``
+- ``parallel``: one sample per scene and language pair, ``json`` = {languages, texts}; the
+  train split adds a second one per pair with the scene's :func:`statements` (true claims in
+  the words of NLI hypotheses: "The red circle is large.")
+- ``mono``: monolingual text, one shard set per language: ``mono/{split}-{lang}-%06d.tar``,
+  captions and (train) statements
 - ``nli``: premise (caption of the first k objects) / hypothesis (one claim about an object)
   pairs labelled entailment, neutral or contradiction, translations sharing a pair id.
   Written as the real corpora ship (XNLI 1.0 TSV; MultiNLI and XNLI-MT translate-train
@@ -36,7 +39,8 @@ Modules, in pipeline order:
   :func:`sample_scene`, relations, locations, boxes, :func:`render`, :func:`encode_jpeg`
 - :mod:`~mmptm.data.toyworld.language`: :data:`LEXICON`, the grammar behind
   :func:`describe` / :func:`captions`, NLI pairs and their text (:func:`nli_pairs`,
-  :func:`state`, :func:`nli_text`)
+  :func:`state`, :func:`nli_text`), the statements of the text corpora (:func:`facts`,
+  :func:`statements`)
 - :mod:`~mmptm.data.toyworld.detector`: the frozen seeded CNN behind ``regions.npz``
   (:func:`roi_features`, :func:`detect`)
 - :mod:`~mmptm.data.toyworld.vqa`: VQA questions and annotators' answers
@@ -64,16 +68,19 @@ from mmptm.data.toyworld.detector import (
 from mmptm.data.toyworld.language import (
     LANGUAGES,
     LEXICON,
+    MAX_STATEMENTS,
     NLI_LABELS,
     OPPOSITE,
     Claim,
     NliPair,
     captions,
     describe,
+    facts,
     lexicon_forms,
     nli_pairs,
     nli_text,
     state,
+    statements,
 )
 from mmptm.data.toyworld.scene import BACKGROUND as BACKGROUND
 from mmptm.data.toyworld.scene import (
@@ -128,6 +135,7 @@ __all__ = [
     "LANGUAGES",
     "LEXICON",
     "LOCATIONS",
+    "MAX_STATEMENTS",
     "NLI_LABELS",
     "OPPOSITE",
     "RELATIONS",
@@ -146,6 +154,7 @@ __all__ = [
     "describe",
     "detect",
     "encode_jpeg",
+    "facts",
     "generate",
     "lexicon_forms",
     "location",
@@ -159,6 +168,7 @@ __all__ = [
     "sample_scene",
     "scene_record",
     "state",
+    "statements",
     "vqa_file_names",
     "vqa_questions",
 ]

@@ -2,7 +2,8 @@
 
 :data:`LEXICON` holds each language's forms and templates; :func:`describe` turns a scene
 into its caption, :func:`nli_pairs` draws language-independent NLI pairs and
-:func:`nli_text` / :func:`state` put them into words.
+:func:`nli_text` / :func:`state` put them into words; :func:`statements` states a scene's
+:func:`facts` in the same words, for the text corpora.
 """
 
 from __future__ import annotations
@@ -371,6 +372,33 @@ def state(scene: Scene, claim: Claim, lang: str) -> str:
     for pattern, repl in lex["definite"].get("contract", ()):
         text = re.sub(pattern, repl, text)
     return text[0].upper() + text[1:] + "."
+
+
+MAX_STATEMENTS = 4  # four short sentences fit the recipes' 48 tokens in every language
+_STATEMENT_STREAM = 5  # extra entropy word, as for NLI, the detector and VQA
+
+
+def facts(scene: Scene) -> list[Claim]:
+    """True claims of the kinds NLI hypotheses make, at most :data:`MAX_STATEMENTS`.
+
+    Drawn from every object's size and each left-to-right neighbour relation (stated from
+    either side), kept in that order.
+    """
+    rng = np.random.default_rng([*scene.entropy, _STATEMENT_STREAM])
+    objs = scene.objects
+    claims = [Claim(i, size=o.size) for i, o in enumerate(objs)]
+    for i in range(len(objs) - 1):
+        a, b = (i, i + 1) if rng.random() < 0.5 else (i + 1, i)
+        claims.append(Claim(a, relation=relation(objs[a], objs[b]), object=b))
+    if len(claims) > MAX_STATEMENTS:
+        keep = np.sort(rng.permutation(len(claims))[:MAX_STATEMENTS])
+        claims = [claims[int(i)] for i in keep]
+    return claims
+
+
+def statements(scene: Scene, lang: str) -> str:
+    """The scene's :func:`facts` as sentences in one language: "The red circle is large. ..."."""
+    return " ".join(state(scene, claim, lang) for claim in facts(scene))
 
 
 def nli_text(scene: Scene, pair: NliPair, lang: str) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from typing import Any
 from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
 from mmptm.data.shards import ShardWriter
 from mmptm.data.toyworld.detector import _detections
-from mmptm.data.toyworld.language import captions, describe, nli_pairs, nli_text
+from mmptm.data.toyworld.language import captions, describe, nli_pairs, nli_text, statements
 from mmptm.data.toyworld.scene import COLORS, SHAPES, Scene, _jpegs, location, object_box, relations
 from mmptm.data.toyworld.vqa import _vqa_files, _vqa_record, vqa_file_names, vqa_questions
 
@@ -97,23 +97,38 @@ def write_image_text(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings
             writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record})
 
 
+def _texts(scene: Scene, lang: str, split: str) -> list[tuple[str, str]]:
+    """(key suffix, text) of a scene in one language for the text corpora.
+
+    Every split has the caption; train adds the scene's :func:`statements`, sentences of the
+    kind NLI hypotheses are (definite noun phrases, predicative sizes), so that pre-training
+    text covers the fine-tuning vocabulary as a web corpus would. Val and test keep captions
+    only: they are the held-out retrieval and probe sets.
+    """
+    texts = [("", describe(scene, lang))]
+    if split == "train":
+        texts.append(("_statements", statements(scene, lang)))
+    return texts
+
+
 def write_parallel(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
-    """One sample per scene and unordered language pair: the scene's two captions."""
+    """One sample per scene, language pair and text of :func:`_texts` (the translations)."""
     pairs = list(itertools.combinations(cfg.languages, 2))
     with out.writer() as writer:
         for scene in scenes:
-            caps = captions(scene, cfg.languages)
+            texts = {lang: _texts(scene, lang, out.split) for lang in cfg.languages}
             for a, b in pairs:
-                writer.write(
-                    {
-                        "__key__": f"{scene.key}_{a}_{b}",
-                        "json": {
-                            "scene": scene.key,
-                            "languages": [a, b],
-                            "texts": [caps[a], caps[b]],
-                        },
-                    }
-                )
+                for (suffix, text_a), (_, text_b) in zip(texts[a], texts[b]):
+                    writer.write(
+                        {
+                            "__key__": f"{scene.key}_{a}_{b}{suffix}",
+                            "json": {
+                                "scene": scene.key,
+                                "languages": [a, b],
+                                "texts": [text_a, text_b],
+                            },
+                        }
+                    )
 
 
 def write_mono(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
@@ -122,9 +137,10 @@ def write_mono(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> N
         with out.writer(lang) as writer:
             for scene in scenes:
                 meta = {"language": lang}
-                writer.write(
-                    {"__key__": f"{scene.key}_{lang}", "txt": describe(scene, lang), "json": meta}
-                )
+                for suffix, text in _texts(scene, lang, out.split):
+                    writer.write(
+                        {"__key__": f"{scene.key}_{lang}{suffix}", "txt": text, "json": meta}
+                    )
 
 
 _MNLI_COLUMNS = XNLI_COLUMNS[1:]
