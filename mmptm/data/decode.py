@@ -14,7 +14,8 @@ probs and labels) → ``region_feats``, ``region_boxes``, ``region_mask``, ``reg
 
 The first view fills ``input_ids``/``lang_ids``..., the second ``text2_input_ids``.... Models
 with a ``text2`` encoder (text↔text contrastive) read the views apart; all others get them
-concatenated into one sequence by :class:`ConcatPair` (XLM's TLM layout, BERT's pair layout).
+concatenated into one sequence by :class:`ConcatPair` (XLM's TLM layout, BERT's pair layout),
+or, for sources with ``pairs: stack``, stacked as separate rows (sentence-level contrastive).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from PIL import Image
 Sample = dict[str, Any]
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 VIEW_PREFIXES = ("", "text2_")
+TEXT_KEYS = ("input_ids", "attention_mask", "segment_ids", "lang_ids")
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 
 
@@ -212,16 +214,25 @@ class ConcatPair:
     Segment ids are 0 / 1, language ids stay per token, and with ``restart_positions`` the
     second sentence's positions start again at 0 (XLM's TLM); otherwise they continue (BERT).
     Runs after negative sampling (which swaps whole ``text2_*`` rows) and before masking.
+
+    Batches of the sources named in ``stack`` get the views as separate rows instead: rows
+    0..B-1 hold the first sentences, rows B..2B-1 their translations (each ``[CLS] x [SEP]``,
+    encoded alone), and ``__pairs__`` is set to ``"stacked"``: what a contrastive objective
+    over ``[text, text]`` aligns (InfoXLM's cross-lingual contrast, LaBSE).
     """
 
     data_priority: ClassVar[int] = 15
 
     pad_id: int
     restart_positions: bool = True
+    #: source names (``data.sources`` keys) whose pairs are stacked rather than joined
+    stack: frozenset[str] = frozenset()
 
     def __call__(self, batch: dict[str, Any], g: torch.Generator) -> dict[str, Any]:
         if "text2_input_ids" not in batch:
             return batch
+        if str(batch.get("__source__", "")).split("/")[0] in self.stack:
+            return stack_pair(batch, self.pad_id)
         a_BL, b_BM = batch["input_ids"], batch.pop("text2_input_ids")[:, 1:]
         a_mask, b_mask = batch["attention_mask"], batch.pop("text2_attention_mask")[:, 1:]
         a_lang, b_lang = batch["lang_ids"], batch.pop("text2_lang_ids")[:, 1:]
@@ -246,3 +257,18 @@ class ConcatPair:
             lang_ids=lang,
         )
         return batch
+
+
+def stack_pair(batch: dict[str, Any], pad_id: int) -> dict[str, Any]:
+    """The two text views as 2B rows of one ``text`` view (see :class:`ConcatPair`)."""
+    views = [{k: batch.pop(f"{p}{k}") for k in TEXT_KEYS} for p in VIEW_PREFIXES]
+    L = max(v["input_ids"].shape[1] for v in views)
+    for key in TEXT_KEYS:
+        fill = pad_id if key == "input_ids" else 0
+        parts = [
+            torch.nn.functional.pad(v[key], (0, L - v[key].shape[1]), value=fill) for v in views
+        ]
+        batch[key] = torch.cat(parts)
+    batch["__key__"] = list(batch["__key__"]) * 2
+    batch["__pairs__"] = "stacked"
+    return batch

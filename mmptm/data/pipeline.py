@@ -48,6 +48,10 @@ class SourceConfig:
     #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
     languages: list[str] = field(default_factory=list)
     alpha: float = 0.7
+    #: parallel / paired text: ``join`` into one sequence (TLM; models with a ``text2``
+    #: encoder read the views apart) or ``stack`` the two sentences as separate rows of one
+    #: batch (sentence-level contrastive over ``[text, text]``, see ``ConcatPair``)
+    pairs: str = "join"
 
 
 @dataclass
@@ -517,6 +521,16 @@ def stream_config(
 ) -> StreamConfig:
     """Assemble the stages' settings for one split from the data config."""
     spec = shards if shards is not None else getattr(cfg, split)
+    needs = frozenset(needs)
+    for name, src in cfg.sources.items():
+        if src.pairs not in ("join", "stack"):
+            raise ValueError(f"data.sources.{name}.pairs must be join or stack, got {src.pairs!r}")
+    stack = frozenset(name for name, src in cfg.sources.items() if src.pairs == "stack")
+    if stack and "text2" in needs:
+        raise ValueError(
+            f"data.sources {sorted(stack)} stack pairs into rows of `text`, but the model has a "
+            "text2 encoder that reads the second sentence apart: drop one of them"
+        )
     if split == "train" and shards is None and cfg.sources:
         if cfg.train:
             raise ValueError("set data.train or data.sources, not both")
@@ -525,9 +539,9 @@ def stream_config(
         raise ValueError(f"data.{split} is empty: give the shards of the {split} split")
     else:
         sources = [SubSource(split, expand_shards(spec))]
-    needs = frozenset(needs)
-    if "text" in needs and "text2" not in needs:  # one sequence: join pairs
-        transforms = [ConcatPair(tokenizer.pad_id, cfg.restart_positions), *transforms]
+    if "text" in needs and "text2" not in needs:  # one sequence: join pairs (or stack them)
+        pair = ConcatPair(tokenizer.pad_id, cfg.restart_positions, stack=stack)
+        transforms = [pair, *transforms]
         transforms.sort(key=lambda t: t.data_priority)
     if cfg.batch_size < 1:
         raise ValueError(f"data.batch_size must be >= 1, got {cfg.batch_size}")

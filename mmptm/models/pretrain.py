@@ -18,7 +18,7 @@ import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, BatchTransform, ForTasks, TaskSampler
+from mmptm.objectives.base import Batch, BatchTransform, ForSources, ForTasks, TaskSampler, routed
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
 
@@ -34,6 +34,10 @@ class ModelConfig:
     #: per-step task sampling (UNITER): objective name → weight; each batch trains one
     #: objective and runs only its data side (conditional masking). Empty = all every step
     task_mix: dict[str, float] = field(default_factory=dict)
+    #: data source (``data.sources`` key) → the objectives its batches train, e.g. MLM on
+    #: monolingual batches and a contrastive loss on stacked pairs; sources not named train
+    #: every objective. Only those objectives' data sides run on the source's batches
+    routes: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,7 +52,8 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     """The objectives' data sides in the order they must run (negatives before masking).
 
     A shared data side (``shared = True``) asked for by several objectives runs once; with
-    ``task_mix`` each one runs only on the batches of its objectives' tasks.
+    ``task_mix`` each one runs only on the batches of its objectives' tasks, with ``routes``
+    only on the batches of the sources routed to its objectives.
     """
     groups: list[tuple[set[str], BatchTransform]] = []
     for name, c in cfg.objectives.items():
@@ -67,6 +72,16 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
             )
         else:
             twin[0].add(name)
+    for source, names in cfg.routes.items():
+        unknown = set(names) - set(cfg.objectives)
+        if unknown:
+            raise ValueError(
+                f"model.routes.{source} names {sorted(unknown)}, not objectives "
+                f"({sorted(cfg.objectives)})"
+            )
+    if cfg.routes:
+        routes = {src: tuple(names) for src, names in cfg.routes.items()}
+        groups = [(names, ForSources(frozenset(names), routes, t)) for names, t in groups]
     if not cfg.task_mix:
         transforms = [t for _, t in groups]
     else:
@@ -129,7 +144,7 @@ class PretrainModel(nn.Module):
         terms: dict[str, torch.Tensor] = {}
         task = batch.get("__task__")  # per-step task sampling: that objective alone
         for name, objective in self.objectives.items():
-            if task is not None and name != task:
+            if (task is not None and name != task) or not routed(self.cfg.routes, batch, name):
                 continue
             for key, value in objective(out, batch).items():
                 terms[f"{name}_{key}"] = value.detach()

@@ -80,3 +80,27 @@ class ForTasks:
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         return self.inner(batch, g) if batch.get("__task__") in self.tasks else batch
+
+
+def routed(routes: dict, batch: Batch, objective: str) -> bool:
+    """Whether ``objective`` trains on this batch under ``model.routes`` (source → objectives)."""
+    source = str(batch.get("__source__", "")).split("/")[0]  # "mono/en" → "mono"
+    return source not in routes or objective in routes[source]
+
+
+@dataclass
+class ForSources:
+    """Runs a data side only on batches of sources routed to one of ``objectives``."""
+
+    objectives: frozenset[str]
+    routes: dict[str, tuple[str, ...]]
+    inner: BatchTransform
+
+    @property
+    def data_priority(self) -> int:
+        return self.inner.data_priority
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        if any(routed(self.routes, batch, name) for name in self.objectives):
+            return self.inner(batch, g)
+        return batch

@@ -2,10 +2,13 @@
 
 Modality-agnostic: it compares ``pooled[a]`` with ``pooled[b]`` for the two names in
 ``modalities`` (``source: unimodal``: the vectors before any cross-modal layer, ALBEF's ITC
-in a fusion model). Learnable temperature (logit scale initialised to 1/0.07, clamped at
-``max_logit_scale``). Under torch.distributed the features of all ranks are gathered
-with gradient; the default ``local_loss`` scores local rows against all columns, so memory
-stays linear in the global batch (open_clip's local-loss variant).
+in a fusion model). With the same name twice (``[text, text]``) it aligns the two halves of
+a stacked pair batch (``data.sources.<name>.pairs: stack``): rows i and B+i, each sentence
+encoded alone, as InfoXLM's cross-lingual contrast. Learnable temperature (logit scale
+initialised to 1/0.07, clamped at ``max_logit_scale``). Under torch.distributed the
+features of all ranks are gathered with gradient; the default ``local_loss`` scores local
+rows against all columns, so memory stays linear in the global batch (open_clip's
+local-loss variant).
 Legend: B local batch, N global batch, E embedding width.
 """
 
@@ -72,7 +75,8 @@ class Contrastive(Objective):
     class Config:
         type: str = "contrastive"
         weight: float = 1.0
-        #: the two pooled views to align, e.g. [image, text] or [text, text2]
+        #: the two pooled views to align, e.g. [image, text] or [text, text2]; the same name
+        #: twice aligns the halves of stacked pair batches
         modalities: list[str] = field(default_factory=lambda: ["image", "text"])
         #: projection width (0 = the fusion width)
         embed_dim: int = 0
@@ -87,7 +91,7 @@ class Contrastive(Objective):
 
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__()
-        if len(cfg.modalities) != 2 or cfg.modalities[0] == cfg.modalities[1]:
+        if len(cfg.modalities) != 2:
             raise ValueError(f"contrastive.modalities needs two names, got {cfg.modalities}")
         if cfg.source not in ("pooled", "unimodal"):
             raise ValueError(f"contrastive.source must be pooled or unimodal, got {cfg.source!r}")
@@ -112,7 +116,16 @@ class Contrastive(Objective):
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         a, b = self.cfg.modalities
-        za_BE, zb_BE = self.embed(out, a), self.embed(out, b)
+        if a == b:  # stacked pairs: rows i and B+i
+            if batch.get("__pairs__") != "stacked":
+                raise ValueError(
+                    f"contrastive.modalities [{a}, {a}] aligns stacked pairs, but this batch "
+                    f"(source {batch.get('__source__')!r}) has none: set pairs: stack on its "
+                    "data source, or route the source to other objectives (model.routes)"
+                )
+            za_BE, zb_BE = self.embed(out, a).chunk(2)
+        else:
+            za_BE, zb_BE = self.embed(out, a), self.embed(out, b)
         scale = self.scale()
         rank, world = _world()
         za_all = gather_features(za_BE, self.cfg.gather_with_grad)

@@ -1,7 +1,8 @@
 """Reproducible studies on toyworld, run by ``mmptm demo``: each writes results.json + tables.
 
 - ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval.
-- ``multilingual``: MLM-only vs MLM+TLM pre-training (same recipe, same steps), compared on
+- ``multilingual``: MLM-only vs MLM+TLM vs MLM+TLM+XLCO (sentence-level cross-lingual
+  contrast) pre-training (same model, same steps), compared on
   cross-lingual sentence retrieval (Tatoeba protocol) and zero-shot XNLI (fine-tune on
   English, test every language), against a from-scratch model of the same shape, over seeds.
 """
@@ -93,7 +94,7 @@ def multilingual_study(
     seed: int = 0,
     overrides=(),
 ) -> dict[str, Any]:
-    """MLM vs MLM+TLM: cross-lingual retrieval and zero-shot XNLI (see the module docstring)."""
+    """MLM vs MLM+TLM vs MLM+TLM+XLCO: cross-lingual retrieval and zero-shot XNLI (module doc)."""
     # BPE: unigram stops at ~250 pieces on toyworld, near letter level (README, Results).
     # The tokenizer sees all the pre-training text (captions and statements), as XLM-R's
     # saw CommonCrawl; captions alone left NLI words such as "The" as [UNK].
@@ -102,16 +103,20 @@ def multilingual_study(
         f"data.tokenizer={data}/tokenizer.model",
         f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar",
     ]
-    runs = {"mlm": out / "mlm", "mlm+tlm": out / "mlm_tlm"}
-    variants = {
-        "mlm": ["data.sources.tlm=__delete__"],
-        "mlm+tlm": [f"data.sources.tlm.shards={data}/parallel/train-*.tar"],
+    runs = {"mlm": out / "mlm", "mlm+tlm": out / "mlm_tlm", "mlm+tlm+xlco": out / "mlm_tlm_xlco"}
+    tlm = f"data.sources.tlm.shards={data}/parallel/train-*.tar"
+    xlco = f"data.sources.xlco.shards={data}/parallel/train-*.tar"
+    variants = {  # recipe, overrides
+        "mlm": ("xlm_tlm_tiny", ["data.sources.tlm=__delete__"]),
+        "mlm+tlm": ("xlm_tlm_tiny", [tlm]),
+        "mlm+tlm+xlco": ("xlm_xlco_tiny", [tlm, xlco]),
     }
     for name, run in runs.items():
+        recipe, variant = variants[name]
         cfg = load_run_config(
-            "configs/pretrain/xlm_tlm_tiny.yaml",
+            f"configs/pretrain/{recipe}.yaml",
             [f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}", *paths,
-             *variants[name], *overrides],
+             *variant, *overrides],
         )  # fmt: skip
         pretrain(cfg)
     xret = {
@@ -123,6 +128,7 @@ def multilingual_study(
         "from scratch": [f"init={runs['mlm']}", "init_mode=architecture"],
         "mlm": [f"init={runs['mlm']}"],
         "mlm+tlm": [f"init={runs['mlm+tlm']}"],
+        "mlm+tlm+xlco": [f"init={runs['mlm+tlm+xlco']}"],
     }
     xnli: dict[str, dict[str, float]] = {}
     per_seed: dict[str, list[dict[str, float]]] = {}

@@ -168,6 +168,12 @@ class Trainer:
             log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer)
+        unrouted = set(cfg.model.routes) - set(cfg.data.sources)
+        if unrouted:
+            raise ValueError(
+                f"model.routes names {sorted(unrouted)}, which are not data.sources "
+                f"({sorted(cfg.data.sources)})"
+            )
         self.stream = stream_config(
             cfg.data,
             self.tokenizer,

@@ -78,6 +78,30 @@ def test_tlm_masks_tokens_in_both_halves():
     assert (labels[specials] == IGNORE).all()  # [CLS], both [SEP]s and padding never masked
 
 
+def test_stacked_pairs_are_rows_of_one_view_and_other_sources_still_join():
+    pair = ConcatPair(pad_id=0, stack=frozenset({"xlco"}))
+    batch = pair({**_collated(PAIRS), "__source__": "xlco"}, torch.Generator())
+    assert "text2_input_ids" not in batch and batch["__pairs__"] == "stacked"
+    # Rows 0..B-1: first sentences, rows B..2B-1: their translations, each alone, padded.
+    assert batch["input_ids"].tolist() == [
+        [2, 10, 11, 3, 0], [2, 12, 3, 0, 0], [2, 20, 21, 22, 3], [2, 23, 3, 0, 0],
+    ]  # fmt: skip
+    assert batch["attention_mask"].sum(1).tolist() == [4, 3, 5, 3]
+    assert batch["lang_ids"][:, 0].tolist() == [0, 2, 1, 0]
+    assert batch["segment_ids"].eq(0).all() and batch["__key__"] == ["0", "1", "0", "1"]
+    joined = pair({**_collated(PAIRS), "__source__": "tlm"}, torch.Generator())
+    assert joined["input_ids"].shape == (2, 8) and "__pairs__" not in joined
+
+
+def test_pairs_setting_is_checked(tiny_tokenizer):
+    bad = DataConfig(sources={"x": SourceConfig(shards="x-*.tar", pairs="split")})
+    with pytest.raises(ValueError, match=r"data.sources.x.pairs must be join or stack"):
+        stream_config(bad, tiny_tokenizer, needs=("text",))
+    both = DataConfig(sources={"x": SourceConfig(shards="x-*.tar", pairs="stack")})
+    with pytest.raises(ValueError, match=r"\['x'\] stack pairs.*text2 encoder"):
+        stream_config(both, tiny_tokenizer, needs=("text", "text2"))
+
+
 def test_text_views_by_sample_format():
     rng = random.Random(0)
     nli = {"premise": "P", "hypothesis": "H", "label": "neutral", "language": "de"}

@@ -63,6 +63,25 @@ def test_task_mix_trains_one_objective_per_batch_with_its_data_side_only():
     assert seen["mlm"] / 200 == pytest.approx(0.75, abs=0.08)
 
 
+def test_routes_train_each_source_on_its_own_objectives_and_data_sides():
+    cfg = _cfg(routes={"mono": ["mlm"], "pairs": ["itm"]})
+    transforms = data_transforms(cfg, VOCAB)
+    model = PretrainModel(cfg, VOCAB).eval()
+    for source, want in [("mono/en", "mlm"), ("pairs", "itm"), ("other", None)]:
+        batch = {**_batch(), "__source__": source}
+        original = batch["input_ids"].clone()
+        for t in transforms:
+            batch = t(batch, torch.Generator().manual_seed(0))
+        assert ("mlm_labels" in batch) == (want in ("mlm", None))
+        assert ("itm_labels" in batch) == (want in ("itm", None))
+        if want == "itm":
+            assert torch.equal(batch["input_ids"], original)  # no masking on its batches
+        objectives = {k.split("_")[0] for k in model(batch).terms}
+        assert objectives == ({want} if want else {"mlm", "itm"})
+    with pytest.raises(ValueError, match=r"routes.pairs names \['xlco'\]"):
+        data_transforms(_cfg(routes={"pairs": ["xlco"]}), VOCAB)
+
+
 def test_task_mix_must_name_objectives():
     with pytest.raises(ValueError, match=r"task_mix names \['mrm'\]"):
         data_transforms(_cfg(task_mix={"mrm": 1.0}), VOCAB)

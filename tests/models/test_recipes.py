@@ -86,3 +86,13 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world):
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024}
     assert model.cfg.width == widths.get(recipe.stem, 768)
+
+
+def test_routes_must_name_data_sources(tiny_world, tmp_path):
+    from mmptm.train.trainer import Trainer
+
+    over = tiny_overrides(tiny_world, tmp_path, "xlm_xlco_tiny")
+    cfg = load_run_config(str(ROOT / "configs/pretrain/xlm_xlco_tiny.yaml"), over)
+    cfg.model.routes["pairs"] = ["xlco"]  # the recipe's source is called xlco
+    with pytest.raises(ValueError, match=r"model.routes names \['pairs'\], which are not data"):
+        Trainer(cfg)

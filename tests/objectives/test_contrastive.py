@@ -132,10 +132,26 @@ def test_temperature_frozen_when_not_learned() -> None:
     assert obj.proj["image"].weight.grad is not None
 
 
-@pytest.mark.parametrize("modalities", [["text", "text"], ["image"], ["a", "b", "c"]])
-def test_contrastive_needs_two_distinct_modalities(modalities: list[str]) -> None:
+@pytest.mark.parametrize("modalities", [["image"], ["a", "b", "c"]])
+def test_contrastive_needs_two_modalities(modalities: list[str]) -> None:
     with pytest.raises(ValueError, match="two names"):
         Contrastive(Contrastive.Config(modalities=modalities), width=8)
+
+
+def test_same_modality_twice_aligns_the_halves_of_stacked_pairs() -> None:
+    torch.manual_seed(0)
+    obj = Contrastive(Contrastive.Config(modalities=["text", "text"]), width=8)
+    rows = torch.randn(10, 8, generator=torch.Generator().manual_seed(3))
+    batch = {"__pairs__": "stacked", "__source__": "xlco"}
+    res = obj(FusionOutput({}, {}, {"text": rows}), batch)
+    # Independent: rows 0..4 are the first sentences, rows 5..9 their translations, one
+    # shared projection.
+    z = rows.double().numpy() @ obj.proj["text"].weight.detach().double().numpy().T
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    assert res["loss"].item() == pytest.approx(_np_info_nce(z[:5], z[5:], 1 / 0.07), rel=1e-5)
+    assert res["loss"].item() != pytest.approx(_np_info_nce(z[:5], z[5:][::-1], 1 / 0.07))
+    with pytest.raises(ValueError, match=r"\[text, text\] aligns stacked pairs.*'mono/en'"):
+        obj(FusionOutput({}, {}, {"text": rows}), {"__source__": "mono/en"})
 
 
 # ---------------------------------------------------------------------------------------------
