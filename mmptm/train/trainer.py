@@ -92,8 +92,13 @@ def apply_init(cfg: RunConfig) -> dict[str, Any] | None:
         return None
     state = ckpt.load(ckpt.resolve_checkpoint(cfg.init))
     src = from_dict(RunConfig, state["config"])
-    # The heads, and the task mix over them, are the recipe's own.
-    cfg.model = replace(src.model, objectives=cfg.model.objectives, task_mix=cfg.model.task_mix)
+    # The heads, and the task mix and routes over them, are the recipe's own.
+    cfg.model = replace(
+        src.model,
+        objectives=cfg.model.objectives,
+        task_mix=cfg.model.task_mix,
+        routes=cfg.model.routes,
+    )
     if not cfg.data.tokenizer:
         cfg.data.tokenizer = src.data.tokenizer
     return state

@@ -66,6 +66,17 @@ def test_init_loads_the_pretrained_encoder_and_adds_a_fresh_head(tiny_world, pre
     assert again == pytest.approx(result)
 
 
+def test_a_routed_pretraining_fine_tunes_with_the_recipes_own_routes(tiny_world, tmp_path):
+    recipe = "xlm_xlco_tiny"  # routes mono/tlm → mlm, xlco → xlco: none exists downstream
+    over = [*tiny_overrides(tiny_world, tmp_path / "pre", recipe), "train.max_steps=2"]
+    pretrain(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
+    cfg = _xnli(tiny_world, tmp_path / "ft", tmp_path / "pre")
+    trainer = Trainer(cfg)
+    assert cfg.model.routes == {} and cfg.model.fusion.modality_pooling == "first"
+    trainer.fit()
+    assert trainer.step == 3
+
+
 def test_init_mode_architecture_is_the_same_shape_with_fresh_weights(
     tiny_world, pretrained, tmp_path
 ):
