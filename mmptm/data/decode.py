@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mmptm.objectives.base import batch_source
+
 Sample = dict[str, Any]
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 VIEW_PREFIXES = ("", "text2_")
@@ -231,7 +233,7 @@ class ConcatPair:
     def __call__(self, batch: dict[str, Any], g: torch.Generator) -> dict[str, Any]:
         if "text2_input_ids" not in batch:
             return batch
-        if str(batch.get("__source__", "")).split("/")[0] in self.stack:
+        if batch_source(batch) in self.stack:
             return stack_pair(batch, self.pad_id)
         a_BL, b_BM = batch["input_ids"], batch.pop("text2_input_ids")[:, 1:]
         a_mask, b_mask = batch["attention_mask"], batch.pop("text2_attention_mask")[:, 1:]

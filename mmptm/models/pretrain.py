@@ -18,7 +18,7 @@ import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, BatchTransform, ForSources, ForTasks, TaskSampler, routed
+from mmptm.objectives.base import Batch, BatchTransform, ForObjectives, TaskSampler, trains
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
 
@@ -72,26 +72,20 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
             )
         else:
             twin[0].add(name)
-    for source, names in cfg.routes.items():
+    named = {"model.task_mix": list(cfg.task_mix)}
+    named.update({f"model.routes.{src}": names for src, names in cfg.routes.items()})
+    for key, names in named.items():
         unknown = set(names) - set(cfg.objectives)
         if unknown:
             raise ValueError(
-                f"model.routes.{source} names {sorted(unknown)}, not objectives "
-                f"({sorted(cfg.objectives)})"
+                f"{key} names {sorted(unknown)}, not objectives ({sorted(cfg.objectives)})"
             )
-    if cfg.routes:
+    transforms: list[BatchTransform] = [t for _, t in groups]
+    if cfg.task_mix or cfg.routes:
         routes = {src: tuple(names) for src, names in cfg.routes.items()}
-        groups = [(names, ForSources(frozenset(names), routes, t)) for names, t in groups]
-    if not cfg.task_mix:
-        transforms = [t for _, t in groups]
-    else:
-        unknown = set(cfg.task_mix) - set(cfg.objectives)
-        if unknown:
-            raise ValueError(
-                f"model.task_mix names {sorted(unknown)}, not objectives ({sorted(cfg.objectives)})"
-            )
-        transforms = [TaskSampler(dict(cfg.task_mix))]
-        transforms += [ForTasks(frozenset(names), t) for names, t in groups]
+        transforms = [ForObjectives(frozenset(names), routes, t) for names, t in groups]
+    if cfg.task_mix:
+        transforms.append(TaskSampler(dict(cfg.task_mix)))
     return sorted(transforms, key=lambda t: t.data_priority)
 
 
@@ -142,9 +136,8 @@ class PretrainModel(nn.Module):
         out = self.fuse(batch)
         total = None
         terms: dict[str, torch.Tensor] = {}
-        task = batch.get("__task__")  # per-step task sampling: that objective alone
         for name, objective in self.objectives.items():
-            if (task is not None and name != task) or not routed(self.cfg.routes, batch, name):
+            if not trains(batch, name, self.cfg.routes):  # task_mix / routes
                 continue
             for key, value in objective(out, batch).items():
                 terms[f"{name}_{key}"] = value.detach()

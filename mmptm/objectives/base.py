@@ -52,7 +52,7 @@ class TaskSampler:
     """Per-step task sampling (UNITER): each batch trains one objective, drawn by weight.
 
     Writes ``batch["__task__"]``; the model then computes that objective alone, and only its
-    data side runs (see :class:`ForTasks`) — which is UNITER's conditional masking: an MLM
+    data side runs (see :class:`ForObjectives`) — which is UNITER's conditional masking: an MLM
     batch keeps its regions whole, a region-modelling batch keeps its text whole.
     """
 
@@ -67,30 +67,24 @@ class TaskSampler:
         return batch
 
 
-@dataclass
-class ForTasks:
-    """Runs a data side only on batches whose sampled task is one of ``tasks``."""
-
-    tasks: frozenset[str]
-    inner: BatchTransform
-
-    @property
-    def data_priority(self) -> int:
-        return self.inner.data_priority
-
-    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
-        return self.inner(batch, g) if batch.get("__task__") in self.tasks else batch
+def batch_source(batch: Batch) -> str:
+    """The ``data.sources`` key a batch came from ("mono/en" → "mono"; "" outside mixtures)."""
+    return str(batch.get("__source__", "")).split("/")[0]
 
 
-def routed(routes: dict, batch: Batch, objective: str) -> bool:
-    """Whether ``objective`` trains on this batch under ``model.routes`` (source → objectives)."""
-    source = str(batch.get("__source__", "")).split("/")[0]  # "mono/en" → "mono"
+def trains(batch: Batch, objective: str, routes: dict) -> bool:
+    """Whether ``objective`` trains on this batch: the sampled task (``task_mix``), if any,
+    is that objective, and ``routes`` (source → objectives) lets the batch's source train it."""
+    task = batch.get("__task__")
+    if task is not None and task != objective:
+        return False
+    source = batch_source(batch)
     return source not in routes or objective in routes[source]
 
 
 @dataclass
-class ForSources:
-    """Runs a data side only on batches of sources routed to one of ``objectives``."""
+class ForObjectives:
+    """Runs a data side only on batches that train one of ``objectives`` (see :func:`trains`)."""
 
     objectives: frozenset[str]
     routes: dict[str, tuple[str, ...]]
@@ -101,6 +95,6 @@ class ForSources:
         return self.inner.data_priority
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
-        if any(routed(self.routes, batch, name) for name in self.objectives):
+        if any(trains(batch, name, self.routes) for name in self.objectives):
             return self.inner(batch, g)
         return batch

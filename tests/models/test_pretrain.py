@@ -12,7 +12,7 @@ from conftest import text_image_model_config
 
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
-from mmptm.objectives.base import ForTasks, TaskSampler
+from mmptm.objectives.base import ForObjectives, TaskSampler
 from mmptm.objectives.itm import SwapNegatives
 from mmptm.objectives.mlm import MaskTokens
 
@@ -43,7 +43,7 @@ def test_task_mix_trains_one_objective_per_batch_with_its_data_side_only():
     cfg = _cfg(task_mix={"mlm": 3.0, "itm": 1.0})
     transforms = data_transforms(cfg, VOCAB)
     assert isinstance(transforms[0], TaskSampler)
-    assert all(isinstance(t, ForTasks) for t in transforms[1:])
+    assert all(isinstance(t, ForObjectives) for t in transforms[1:])
     model = PretrainModel(cfg, VOCAB).eval()
     seen = collections.Counter()
     for i in range(200):
@@ -109,7 +109,7 @@ def test_a_shared_data_side_runs_once_and_must_agree(monkeypatch):
     assert len(transforms) == 1
     assert transforms[0]({}, torch.Generator())["calls"] == 1
     with_mix = data_transforms(_cfg(objectives=cfg.objectives, task_mix={"a": 1, "b": 1}), VOCAB)
-    assert with_mix[1].tasks == frozenset({"a", "b"})
+    assert with_mix[1].objectives == frozenset({"a", "b"})
     bad = _cfg(objectives={"a": {"type": "mlm"}, "b": {"type": "mlm", "mask_prob": 0.3}})
     with pytest.raises(ValueError, match=r"share one _Shared data side"):
         data_transforms(bad, VOCAB)
