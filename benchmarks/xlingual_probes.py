@@ -31,7 +31,7 @@ from mmptm.data.toyworld.scene import COLORS as COLOR_RGB
 from mmptm.data.toyworld.scene import SHAPES
 from mmptm.eval.xlingual import read_pairs
 from mmptm.fusion.base import pool
-from mmptm.train.trainer import load_pretrained
+from mmptm.models.load import load_pretrained
 
 COLORS = tuple(COLOR_RGB)
 

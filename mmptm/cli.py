@@ -82,15 +82,9 @@ def _data_convert(args: argparse.Namespace) -> int:
 
 
 def _data_answers(args: argparse.Namespace) -> int:
-    from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
-    from mmptm.objectives.vqa import build_answer_vocab, write_answer_vocab
+    from mmptm.objectives.vqa import build_answer_vocab, shard_answers, write_answer_vocab
 
-    lists = [
-        json.loads(s["json"]).get("answers") or []
-        for spec in args.input
-        for s in tar_samples(expand_shards(spec), SkipCounter())
-        if "json" in s
-    ]
+    lists = shard_answers(args.input)
     vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
     write_answer_vocab(vocab, args.out)
     print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
@@ -132,7 +126,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from mmptm.train.config import load_run_config
+    from mmptm.models.run import load_run_config
     from mmptm.train.trainer import pretrain
 
     cfg = load_run_config(args.config, args.overrides)
@@ -163,7 +157,7 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     from mmptm.eval.classification import evaluate_sets, format_accuracy
-    from mmptm.train.config import load_run_config
+    from mmptm.models.run import load_run_config
     from mmptm.train.trainer import Trainer
 
     cfg = load_run_config(args.config, args.overrides)
@@ -203,23 +197,23 @@ def _eval_xret(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from mmptm.train import experiments
+    from mmptm import studies
 
     out = Path(args.out or f"runs/demo-{args.study}")
     if args.study == "clip":
-        experiments.clip_study(
+        studies.clip_study(
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps, seed=args.seed,
             overrides=args.overrides,
         )  # fmt: skip
     elif args.study == "vqa":
-        experiments.vqa_study(
-            out, recipes=tuple(args.recipes.split(",")) if args.recipes else experiments.VL_RECIPES,
+        studies.vqa_study(
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else studies.VL_RECIPES,
             n_train=args.n_train,
             n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps,
             seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
     else:
-        experiments.multilingual_study(
+        studies.multilingual_study(
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps or 2000,
             ft_steps=args.ft_steps, seeds=tuple(range(args.seeds)), seed=args.seed,
             overrides=args.overrides,

@@ -1,0 +1,1 @@
+"""Data: shard lists and readers, the pipeline and loader, tokenizer, converters, toyworld."""

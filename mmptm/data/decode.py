@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mmptm.objectives.base import batch_source
+from mmptm.batch import batch_source
 
 Sample = dict[str, Any]
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")

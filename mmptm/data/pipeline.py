@@ -29,8 +29,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
 
+from mmptm.batch import BatchTransform
 from mmptm.data.decode import Collate, ConcatPair, Decoder
-from mmptm.objectives.base import BatchTransform
 
 log = logging.getLogger(__name__)
 
@@ -433,14 +433,6 @@ def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, A
     return loader._epoch_batches()
 
 
-def move_to(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
-    """Tensors to ``device``; metadata (``__key__`` ...) stays as it is."""
-    return {
-        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-        for k, v in batch.items()
-    }
-
-
 __all__ = [
     "Collate",
     "ConcatPair",
@@ -459,7 +451,6 @@ __all__ = [
     "decode_samples",
     "expand_shards",
     "mixture",
-    "move_to",
     "shard_order",
     "shuffle_buffer",
     "single_pass",

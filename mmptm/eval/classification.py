@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 import torch
 
-from mmptm.data.pipeline import move_to, single_pass, stream_config
+from mmptm.batch import move_to
+from mmptm.data.pipeline import single_pass, stream_config
+from mmptm.models.load import load_pretrained, modality_kinds
 from mmptm.models.pretrain import PretrainModel
+from mmptm.models.run import RunConfig
 from mmptm.objectives.classification import Classification
-from mmptm.train.config import RunConfig
-from mmptm.train.trainer import load_pretrained, modality_kinds
 
 
 @torch.no_grad()

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch
 
-from mmptm.data.pipeline import move_to, single_pass, stream_config
+from mmptm.batch import move_to
+from mmptm.data.pipeline import single_pass, stream_config
+from mmptm.models.load import load_pretrained, modality_kinds
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
-from mmptm.train.trainer import load_pretrained, modality_kinds
 
 KS = (1, 5, 10)
 TEXT_KEYS = ("input_ids", "attention_mask", "segment_ids", "lang_ids", "position_ids")

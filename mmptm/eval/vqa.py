@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
-from mmptm.data.pipeline import move_to, single_pass, stream_config
+from mmptm.batch import move_to
+from mmptm.data.pipeline import single_pass, stream_config
+from mmptm.models.load import load_pretrained, modality_kinds
 from mmptm.objectives.vqa import VQAHead, soft_score, write_results
-from mmptm.train.trainer import load_pretrained, modality_kinds
 
 
 @torch.no_grad()

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from mmptm.batch import move_to
 from mmptm.data.decode import Collate
-from mmptm.data.pipeline import SkipCounter, expand_shards, move_to, tar_samples
+from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
 from mmptm.fusion.base import pool
+from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
-from mmptm.train.trainer import load_pretrained
 
 
 def read_pairs(shards: str, pivot: str, max_per_language: int) -> dict[str, list[tuple[str, str]]]:

@@ -4,7 +4,7 @@ XLM-R is a post-LN BERT over fairseq token ids, so it maps onto one ``text`` enc
 (``position_offset = pad + 1``, zero modality-type embedding), ``single_stream`` fusion with
 ``prenorm=False`` and, when the checkpoint has an LM head, the ``mlm`` objective, whose output
 layer is tied to the word embeddings as in XLM-R. ``import_xlmr`` writes an mmptm run
-directory that ``mmptm.eval.retrieval.load_pretrained`` reads back.
+directory that ``mmptm.models.load.load_pretrained`` reads back.
 
 Only right-padded inputs match HF at every real position: HF numbers positions by counting
 non-pad tokens, mmptm by index. Padding positions themselves differ and carry no meaning.
@@ -25,9 +25,9 @@ from mmptm.config import from_dict, save_config, to_dict
 from mmptm.data.pipeline import DataConfig
 from mmptm.data.tokenizer import Tokenizer
 from mmptm.encoders.base import VocabInfo
+from mmptm.models import checkpoint
 from mmptm.models.pretrain import ModelConfig, PretrainModel
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import RunConfig
+from mmptm.models.run import RunConfig
 
 __all__ = ["HF_TO_MMPTM", "import_xlmr", "load_hf_state_dict", "xlmr_state_dict_to_mmptm"]
 
@@ -303,16 +303,10 @@ def import_xlmr(
     model = PretrainModel(cfg, vocab)
     model.load_state_dict(mapped)  # strict: proves the checkpoint loads before writing it
     save_config(run, out_dir / "config.yaml")
-    path = ckpt.checkpoint_path(out_dir / "checkpoints", 0)
-    ckpt.save_atomic(
-        {
-            "step": 0,
-            "model": model.state_dict(),
-            "config": to_dict(run),
-            "world_size": 1,
-            "ranks": [],
-            "source": {"hf_dir": str(hf_dir.resolve()), "model_type": hf_config["model_type"]},
-        },
-        path,
+    return checkpoint.write(
+        out_dir / checkpoint.CKPT_DIR,
+        0,
+        model=model.state_dict(),
+        config=to_dict(run),
+        extra={"source": {"hf_dir": str(hf_dir.resolve()), "model_type": hf_config["model_type"]}},
     )
-    return path

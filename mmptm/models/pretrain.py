@@ -15,10 +15,11 @@ from torch import nn
 import mmptm.encoders
 import mmptm.fusion
 import mmptm.objectives  # noqa: F401  (registers the parts)
+from mmptm.batch import Batch, BatchTransform
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, BatchTransform, ForObjectives, TaskSampler, trains
+from mmptm.objectives.base import ForObjectives, TaskSampler, trains
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
 

@@ -10,29 +10,14 @@ with the recipe weight, the rest are metrics.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 from torch import nn
 
+from mmptm.batch import TASK, Batch, BatchTransform, batch_source
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
-
-Batch = dict[str, torch.Tensor]
-
-
-class BatchTransform(Protocol):
-    """An objective's data side: a picklable callable over a collated batch.
-
-    Transforms run in ascending ``data_priority``: task sampling (0), negatives (10, they
-    decide what is a positive pair), joining text pairs into one sequence (15), masking (20).
-    A transform whose class sets ``shared = True`` (region masking, used by MRC, MRC-kl and
-    MRFR alike) runs once for all the objectives that ask for it.
-    """
-
-    data_priority: int
-
-    def __call__(self, batch: Batch, g: torch.Generator) -> Batch: ...
 
 
 class Objective(nn.Module):
@@ -63,19 +48,14 @@ class TaskSampler:
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         names = list(self.weights)
         w = torch.tensor([self.weights[n] for n in names], dtype=torch.float)
-        batch["__task__"] = names[int(torch.multinomial(w, 1, generator=g))]
+        batch[TASK] = names[int(torch.multinomial(w, 1, generator=g))]
         return batch
-
-
-def batch_source(batch: Batch) -> str:
-    """The ``data.sources`` key a batch came from ("mono/en" → "mono"; "" outside mixtures)."""
-    return str(batch.get("__source__", "")).split("/")[0]
 
 
 def trains(batch: Batch, objective: str, routes: dict) -> bool:
     """Whether ``objective`` trains on this batch: the sampled task (``task_mix``), if any,
     is that objective, and ``routes`` (source → objectives) lets the batch's source train it."""
-    task = batch.get("__task__")
+    task = batch.get(TASK)
     if task is not None and task != objective:
         return False
     source = batch_source(batch)

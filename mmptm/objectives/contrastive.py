@@ -22,9 +22,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, Objective
+from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
 

@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.encoders.text import text_key_prefix
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, Objective
+from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
 IGNORE = -100

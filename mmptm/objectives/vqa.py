@@ -34,9 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mmptm.batch import Batch
+from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Batch, Objective
+from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
 # --------------------------------------------------------------------------------------------
@@ -161,6 +163,25 @@ def build_answer_vocab(
         counts.update({normalize_answer(a) for a in answers} - {""})
     ranked = sorted((a for a, c in counts.items() if c >= min_count), key=lambda a: (-counts[a], a))
     return ranked if top_k is None else ranked[:top_k]
+
+
+def shard_answers(shard_specs: Iterable[str]) -> list[list[str]]:
+    """The raw answer lists of the questions in VQA shards (``json["answers"]``), in order.
+
+    Unreadable samples are skipped and counted like in training; a question without
+    answers (a test split) gives an empty list.
+    """
+    handler = SkipCounter()
+    lists = []
+    for spec in shard_specs:
+        for sample in tar_samples(expand_shards(spec), handler):
+            if "json" not in sample:
+                continue
+            try:
+                lists.append([str(a) for a in json.loads(sample["json"]).get("answers") or []])
+            except (ValueError, AttributeError) as e:
+                handler.skip(sample, f"bad json: {e}")
+    return lists
 
 
 def write_answer_vocab(vocab: Sequence[str], path: str | Path) -> None:

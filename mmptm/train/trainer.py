@@ -14,8 +14,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from mmptm.config import apply_overrides, from_dict, save_config, to_dict
-from mmptm.data.pipeline import DataState, Loader, move_to, stream_config
-from mmptm.data.tokenizer import Tokenizer
+from mmptm.batch import move_to
+from mmptm.config import save_config, to_dict
+from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
-from mmptm.models.pretrain import PretrainModel, data_transforms
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import RunConfig
+from mmptm.models import checkpoint
+from mmptm.models.checkpoint import Checkpoint
+from mmptm.models.load import build_model, init_from, load_init, modality_kinds
+from mmptm.models.pretrain import data_transforms
+from mmptm.models.run import RunConfig
 from mmptm.train.optim import build_optimizer, freeze
 
 log = logging.getLogger(__name__)
@@ -78,66 +79,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
-    """The tokenizer named by the recipe and a freshly initialised model for it."""
-    if not cfg.data.tokenizer:
-        raise ValueError("data.tokenizer is empty: train one with `mmptm tokenizer train`")
-    tokenizer = Tokenizer.load(cfg.data.tokenizer)
-    return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
-
-
-def apply_init(cfg: RunConfig) -> dict[str, Any] | None:
-    """Take the architecture (and tokenizer, if unset) of ``cfg.init``; return its state."""
-    if not cfg.init:
-        return None
-    state = ckpt.load(ckpt.resolve_checkpoint(cfg.init))
-    src = from_dict(RunConfig, state["config"])
-    # The heads, and the task mix and routes over them, are the recipe's own.
-    cfg.model = replace(
-        src.model,
-        objectives=cfg.model.objectives,
-        task_mix=cfg.model.task_mix,
-        routes=cfg.model.routes,
-    )
-    if not cfg.data.tokenizer:
-        cfg.data.tokenizer = src.data.tokenizer
-    return state
-
-
-def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> None:
-    """Load pre-trained weights; the recipe's own heads (objectives.*) may be new."""
-    own = model.state_dict()
-    wrong = [k for k, v in sd.items() if k in own and v.shape != own[k].shape]
-    if wrong:
-        raise ValueError(f"init={source}: tensors differ in shape, e.g. {wrong[:5]}")
-    missing = [k for k in own if k not in sd and not k.startswith("objectives.")]
-    if missing:
-        raise ValueError(
-            f"init={source}: the checkpoint lacks {len(missing)} tensors: {missing[:5]}"
-        )
-    model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
-    fresh = [k for k in own if k not in sd]
-    log.info("init from %s; new (randomly initialised): %s", source, fresh or "none")
-
-
-def modality_kinds(model: PretrainModel) -> set[str]:
-    """What the data pipeline must decode: each encoder's kind, and every text view by name."""
-    kinds = {enc.kind for enc in model.encoders.values()}
-    return kinds | {name for name, enc in model.encoders.items() if enc.kind == "text"}
-
-
-def load_pretrained(
-    path: str, overrides: Sequence[str] = ()
-) -> tuple[PretrainModel, Tokenizer, RunConfig]:
-    """Model, tokenizer and config of a checkpoint file or run directory (its latest one)."""
-    ckpt_path = ckpt.resolve_checkpoint(path)
-    state = ckpt.load(ckpt_path)
-    cfg = from_dict(RunConfig, apply_overrides(state["config"], overrides))
-    model, tokenizer = build_model(cfg)
-    model.load_state_dict(state["model"])
-    return model.eval(), tokenizer, cfg
-
-
 def _gather(obj: Any, d: Dist) -> list[Any]:
     if d.world == 1:
         return [obj]
@@ -162,11 +103,11 @@ class Trainer:
         )
         self.out = Path(cfg.output_dir)
         self.ckpt_dir = self.out / "checkpoints"
-        init_state = apply_init(cfg)
+        init = init_from(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
-        if init_state is not None and cfg.init_mode == "weights":
-            load_init(self.model, init_state["model"], cfg.init)
+        if init is not None and cfg.init_mode == "weights":
+            load_init(self.model, init.model, cfg.init)
         frozen = freeze(self.model, tc.freeze)
         if frozen and self.dist.main:
             n = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)
@@ -207,62 +148,62 @@ class Trainer:
 
     def save(self) -> Path:
         states = _gather(
-            {"rng": ckpt.rng_state(), "data": asdict(self.loader.state), "rank": self.dist.rank},
+            {
+                "rng": checkpoint.rng_state(),
+                "data": asdict(self.loader.state),
+                "rank": self.dist.rank,
+            },
             self.dist,
         )
-        path = ckpt.checkpoint_path(self.ckpt_dir, self.step)
+        path = checkpoint.checkpoint_path(self.ckpt_dir, self.step)
         if self.dist.main:
-            ckpt.save_atomic(
-                {
-                    "step": self.step,
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "ranks": states,
-                    "world_size": self.dist.world,
-                    "config": to_dict(self.cfg),
-                },
-                path,
+            checkpoint.write(
+                self.ckpt_dir,
+                self.step,
+                model=self.model.state_dict(),
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                ranks=states,
+                world_size=self.dist.world,
+                config=to_dict(self.cfg),
+                keep=self.cfg.train.keep_checkpoints,
             )
-            ckpt.prune(self.ckpt_dir, self.cfg.train.keep_checkpoints)
         if self.dist.world > 1:
             dist.barrier()
         return path
 
-    def restore(self, path: Path) -> None:
-        state = ckpt.load(path)
-        if state["world_size"] != self.dist.world:
+    def restore(self, ckpt: Checkpoint) -> None:
+        if ckpt.world_size != self.dist.world:
             raise ValueError(
-                f"{path} was written by {state['world_size']} ranks; resuming with "
+                f"{ckpt.path} was written by {ckpt.world_size} ranks; resuming with "
                 f"{self.dist.world} would change which samples each rank sees"
             )
-        theirs = state.get("config", {}).get("train", {}).get("max_steps")
+        theirs = ckpt.config.get("train", {}).get("max_steps")
         if theirs is not None and theirs != self.cfg.train.max_steps:
             raise ValueError(
-                f"{path} belongs to a run with train.max_steps={theirs}; this one has "
+                f"{ckpt.path} belongs to a run with train.max_steps={theirs}; this one has "
                 f"{self.cfg.train.max_steps}, another schedule: use another output_dir"
             )
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        mine = state["ranks"][self.dist.rank]
-        ckpt.set_rng_state(mine["rng"])
+        self.model.load_state_dict(ckpt.model)
+        self.optimizer.load_state_dict(ckpt.optimizer)
+        self.scheduler.load_state_dict(ckpt.scheduler)
+        mine = ckpt.ranks[self.dist.rank]
+        checkpoint.set_rng_state(mine["rng"])
         self.data_state = DataState(**mine["data"])
-        self.step = state["step"]
-        log.info("resumed from %s at step %d", path, self.step)
+        self.step = ckpt.step
+        log.info("resumed from %s at step %d", ckpt.path, self.step)
 
     def _maybe_resume(self) -> None:
         r = self.cfg.resume
         if r is False:
             return
         if r is True:
-            found = ckpt.list_checkpoints(self.ckpt_dir)
-            if not found:
+            if not checkpoint.list_checkpoints(self.ckpt_dir):
                 log.info("resume=true but %s has no checkpoint: starting fresh", self.ckpt_dir)
                 return
-            self.restore(found[-1])
+            self.restore(checkpoint.read(self.ckpt_dir))
         else:
-            self.restore(ckpt.resolve_checkpoint(r))
+            self.restore(checkpoint.read(r))
 
     # -- the loop ------------------------------------------------------------------------------
 

@@ -7,9 +7,9 @@ import torch
 from conftest import ROOT, tiny_overrides
 
 from mmptm.eval.retrieval import evaluate_retrieval, recall_at_k, similarity
+from mmptm.models.run import load_run_config
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
-from mmptm.train.config import load_run_config
 from mmptm.train.trainer import pretrain
 
 

@@ -11,10 +11,10 @@ import sentencepiece as spm
 import torch
 
 from mmptm.config import load_config
-from mmptm.eval.retrieval import load_pretrained
+from mmptm.models import checkpoint
 from mmptm.models.hf_import import import_xlmr, xlmr_state_dict_to_mmptm
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import RunConfig
+from mmptm.models.load import load_pretrained
+from mmptm.models.run import RunConfig
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -176,8 +176,9 @@ def test_checkpoint_round_trip(spm_path: Path, tmp_path: Path):
     out = tmp_path / "run"
     path = import_xlmr(hf_dir, out)
     assert path == out / "checkpoints" / "step_00000000.pt"
-    state = ckpt.load(path)
-    assert state["step"] == 0 and state["world_size"] == 1 and state["ranks"] == []
+    ck = checkpoint.read(path)
+    assert ck.step == 0 and ck.world_size == 1 and ck.ranks == [] and ck.optimizer is None
+    assert ck.extra["source"]["model_type"] == "xlm-roberta"
     model, tok, cfg = load_pretrained(str(out))
     assert cfg.data.tokenizer == str((out / "tokenizer.model").resolve())
     assert tok.id_scheme == "fairseq" and tok.vocab_size == hf_model.config.vocab_size

@@ -8,9 +8,9 @@ from conftest import ROOT, tiny_overrides
 
 from mmptm.data.pipeline import Loader, stream_config
 from mmptm.encoders.base import VocabInfo
+from mmptm.models.load import build_model, modality_kinds
 from mmptm.models.pretrain import data_transforms
-from mmptm.train.config import load_run_config
-from mmptm.train.trainer import build_model, modality_kinds
+from mmptm.models.run import load_run_config
 
 RECIPES = sorted(
     p for p in (ROOT / "configs/pretrain").glob("*.yaml") if not p.name.startswith("_")

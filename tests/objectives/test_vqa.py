@@ -191,3 +191,16 @@ def test_vqa_data_side_turns_raw_answers_into_soft_targets():
         out, torch.tensor([[0.9, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
     )
     assert t({"x": 1}, torch.Generator()) == {"x": 1}  # no answers: left alone
+
+
+def test_shard_answers_reads_every_question_and_skips_corrupt_json(tmp_path):
+    from mmptm.data.shards import ShardWriter
+    from mmptm.objectives.vqa import shard_answers
+
+    with ShardWriter(str(tmp_path / "q-%06d.tar"), max_count=2) as w:
+        w.write({"__key__": "a", "json": {"question": "q", "answers": ["yes", "Yes", "no"]}})
+        w.write({"__key__": "b", "json": b"{not json"})
+        w.write({"__key__": "c", "json": {"question": "test split: no answers"}})
+        w.write({"__key__": "d", "txt": "no json member"})
+    lists = shard_answers([str(tmp_path / "q-*.tar")])
+    assert lists == [["yes", "Yes", "no"], []]

@@ -8,8 +8,8 @@ from conftest import ROOT, tiny_overrides
 
 from mmptm.eval.classification import evaluate_classification, evaluate_sets
 from mmptm.eval.xlingual import evaluate_xlingual
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import load_run_config
+from mmptm.models import checkpoint
+from mmptm.models.run import load_run_config
 from mmptm.train.trainer import Trainer, pretrain
 
 XNLI = str(ROOT / "configs/finetune/xnli.yaml")
@@ -50,7 +50,7 @@ def test_init_loads_the_pretrained_encoder_and_adds_a_fresh_head(tiny_world, pre
     # The architecture and tokenizer came from the checkpoint, the head from the recipe.
     assert cfg.model.width == 32 and list(cfg.model.objectives) == ["xnli"]
     assert cfg.model.encoders["text"].language_embeddings
-    source = ckpt.load(ckpt.resolve_checkpoint(pretrained))["model"]
+    source = checkpoint.read(pretrained).model
     own = trainer.model.state_dict()
     for name in ("encoders.text.word.weight", "fusion.stack.blocks.1.mlp.2.weight"):
         torch.testing.assert_close(own[name], source[name])
@@ -81,18 +81,17 @@ def test_init_mode_architecture_is_the_same_shape_with_fresh_weights(
     tiny_world, pretrained, tmp_path
 ):
     trainer = Trainer(_xnli(tiny_world, tmp_path / "scratch", pretrained, "init_mode=architecture"))
-    source = ckpt.load(ckpt.resolve_checkpoint(pretrained))["model"]
+    source = checkpoint.read(pretrained).model
     own = trainer.model.state_dict()
     assert own["encoders.text.word.weight"].shape == source["encoders.text.word.weight"].shape
     assert not torch.equal(own["encoders.text.word.weight"], source["encoders.text.word.weight"])
 
 
 def test_init_from_a_mismatching_checkpoint_names_the_tensor(tiny_world, pretrained, tmp_path):
-    path = ckpt.resolve_checkpoint(pretrained)
-    state = ckpt.load(path)
+    state = torch.load(checkpoint.resolve(pretrained), weights_only=False)
     state["model"]["encoders.text.word.weight"] = torch.zeros(3, 3)
     bad = tmp_path / "bad.pt"
-    ckpt.save_atomic(state, bad)
+    checkpoint.save_atomic(state, bad)
     with pytest.raises(ValueError, match=r"encoders\.text\.word\.weight"):
         Trainer(_xnli(tiny_world, tmp_path / "x", bad))
 

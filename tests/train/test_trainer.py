@@ -13,11 +13,12 @@ import yaml
 from conftest import ROOT, tiny_overrides
 
 from mmptm.config import ConfigError
+from mmptm.models import checkpoint
+from mmptm.models.load import build_model
 from mmptm.models.pretrain import PretrainModel, PretrainOutput
-from mmptm.train import checkpoint as ckpt
-from mmptm.train.config import TrainConfig, load_run_config
+from mmptm.models.run import TrainConfig, load_run_config
 from mmptm.train.optim import lr_factor, param_groups
-from mmptm.train.trainer import NonFiniteLoss, Trainer, build_model, pretrain
+from mmptm.train.trainer import NonFiniteLoss, Trainer, pretrain
 
 VILT = str(ROOT / "configs/pretrain/vilt_tiny.yaml")
 CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
@@ -48,8 +49,8 @@ def test_resume_reaches_the_same_losses_as_an_uninterrupted_run(tiny_world, tmp_
     assert sorted(resumed) == list(range(1, 9)) == sorted(reference)
     for step in range(1, 9):
         assert resumed[step] == reference[step], f"step {step}"
-    a = ckpt.load(ckpt.resolve_checkpoint(full))["model"]
-    b = ckpt.load(ckpt.resolve_checkpoint(split))["model"]
+    a = checkpoint.read(full).model
+    b = checkpoint.read(split).model
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
 
@@ -69,12 +70,12 @@ def test_run_writes_config_metrics_and_atomic_checkpoints(tiny_world, tmp_path):
     assert last == rows[-1]
     files = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert files == ["step_00000006.pt"]  # pruned to keep_checkpoints; no temp files left
-    state = ckpt.load(run / "checkpoints" / files[0])
-    assert state["step"] == 6 and state["config"]["model"]["width"] == 32
-    assert set(state) >= {"model", "optimizer", "scheduler", "ranks", "config"}
+    ck = checkpoint.read(run / "checkpoints" / files[0])
+    assert ck.step == 6 and ck.config["model"]["width"] == 32 and len(ck.ranks) == 1
+    assert ck.optimizer is not None and ck.scheduler is not None
     # The saved config alone rebuilds the model the weights belong to.
     model, _ = build_model(load_run_config(str(run / "config.yaml")))
-    model.load_state_dict(state["model"])
+    model.load_state_dict(ck.model)
 
 
 def test_bad_config_key_fails_before_training_naming_the_key(tiny_world, tmp_path):
@@ -107,10 +108,10 @@ def test_non_finite_loss_names_the_step_and_samples(tiny_world, tmp_path, monkey
 def test_resume_from_other_world_size_is_refused(tiny_world, tmp_path):
     run = tmp_path / "r"
     pretrain(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.max_steps=2"]))
-    path = ckpt.resolve_checkpoint(run)
-    state = ckpt.load(path)
+    path = checkpoint.resolve(run)
+    state = torch.load(path, weights_only=False)
     state["world_size"] = 2
-    ckpt.save_atomic(state, path)
+    checkpoint.save_atomic(state, path)
     trainer = Trainer(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "resume=true"]))
     with pytest.raises(ValueError, match="written by 2 ranks"):
         trainer.fit()

@@ -1,7 +1,8 @@
-"""The whole run as one typed config tree (what ``mmptm pretrain CONFIG`` validates)."""
+"""A run as one typed config tree: data, model, optimisation (what ``mmptm pretrain`` validates)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -48,7 +49,7 @@ class TrainConfig:
 
 @dataclass
 class RunConfig:
-    """A pre-training run: data, model, optimisation, and where it writes."""
+    """A pre-training or fine-tuning run: data, model, optimisation, and where it writes."""
 
     output_dir: str = "runs/default"
     seed: int = 0
@@ -64,6 +65,6 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-def load_run_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+def load_run_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``."""
     return load_config(path, overrides, schema=RunConfig)

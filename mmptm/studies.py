@@ -1,5 +1,7 @@
 """Reproducible studies on toyworld, run by ``mmptm demo``: each writes results.json + tables.
 
+Studies sit beside the command line and call library functions only.
+
 - ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval.
 - ``multilingual``: MLM-only vs MLM+TLM vs MLM+TLM+XLCO (sentence-level cross-lingual
   contrast) pre-training (same model, same steps), compared on
@@ -20,8 +22,10 @@ from mmptm.data import toyworld
 from mmptm.data.tokenizer import train_tokenizer
 from mmptm.eval.classification import evaluate_sets, format_accuracy
 from mmptm.eval.retrieval import evaluate_retrieval, format_table
+from mmptm.eval.vqa import evaluate_vqa
 from mmptm.eval.xlingual import evaluate_xlingual
-from mmptm.train.config import load_run_config
+from mmptm.models.run import load_run_config
+from mmptm.objectives.vqa import build_answer_vocab, shard_answers, write_answer_vocab
 from mmptm.train.trainer import Trainer, pretrain
 
 log = logging.getLogger(__name__)
@@ -178,12 +182,10 @@ def vqa_study(
     Retrieval: ITM scores every pair, or (recipes with a contrastive head too) ITM re-ranks
     the contrastive top ``rerank_k``. results.json is rewritten after every recipe.
     """
-    from mmptm.cli import main as cli
-
     data = _prepare(out, n_train, n_test, seed, ("en",), 1000, views=("image_text", "vqa"))
     answers = data / "vqa" / "answers.txt"
-    cli(["data", "answers", "--input", f"{data}/vqa/train-*.tar", "--out", str(answers),
-         "--min-count", "9"])  # fmt: skip
+    vocab = build_answer_vocab(shard_answers([f"{data}/vqa/train-*.tar"]), min_count=9)
+    write_answer_vocab(vocab, answers)
     paths = [f"data.tokenizer={data}/tokenizer.model"] + [
         f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
     ]
@@ -216,8 +218,6 @@ def vqa_study(
                      f"data.test={data}/vqa/test-*.tar", f"model.objectives.vqa.answers={answers}"],
                 )  # fmt: skip
                 pretrain(cfg)
-                from mmptm.eval.vqa import evaluate_vqa
-
                 scores.append(evaluate_vqa(str(ft), split="test")["accuracy"])
             key = f"{recipe} {name}"
             result["vqa_per_seed"][key] = scores

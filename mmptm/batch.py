@@ -1,0 +1,78 @@
+"""The batch: a dict of named tensors plus meta keys, the transform protocol, moving to a device.
+
+Ground floor: the data pipeline writes batches, encoders, fusion modules and objectives read
+them, and nothing here imports another part of mmptm. Tensor keys follow the modality
+plug-ins (``input_ids``, ``pixels``, ``region_feats`` ...; pad masks are booleans, True =
+real). Meta keys are wrapped in double underscores and are never moved to a device.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+Batch = dict[str, Any]
+
+#: sample keys of the rows, in order (a list of str)
+KEY = "__key__"
+#: the ``data.sources`` entry a training batch came from ("mono/en"; absent outside mixtures)
+SOURCE = "__source__"
+#: the objective sampled for this batch by ``model.task_mix`` (UNITER's task sampling)
+TASK = "__task__"
+#: "stacked" when a pair's two sentences are rows i and B+i of one text view (XLCO)
+PAIRS = "__pairs__"
+#: the loader worker that produced the batch, and its running count of skipped samples
+WORKER = "__worker__"
+SKIPPED = "__skipped__"
+#: an end-of-epoch marker a loader worker sends after its last batch
+END = "__end__"
+
+
+def is_meta(key: str) -> bool:
+    """Whether ``key`` is bookkeeping (``__key__`` ...) rather than model input."""
+    return key.startswith("__") and key.endswith("__")
+
+
+def batch_source(batch: Batch) -> str:
+    """The ``data.sources`` key a batch came from ("mono/en" → "mono"; "" outside mixtures)."""
+    return str(batch.get(SOURCE, "")).split("/")[0]
+
+
+class BatchTransform(Protocol):
+    """A data-side stage over a collated batch: picklable, seeded by the generator it is given.
+
+    Objectives' data sides (masking, negatives) and modality plug-ins' batch stages (joining
+    text pairs) are transforms. They run in ascending ``data_priority``: task sampling (0),
+    answer targets (5), negatives (10, they decide what is a positive pair), joining text
+    pairs into one sequence (15), masking (20). A transform whose class sets ``shared = True``
+    runs once for all the objectives that ask for it.
+    """
+
+    data_priority: int
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch: ...
+
+
+def move_to(batch: Batch, device: torch.device | str) -> Batch:
+    """Tensors to ``device``; meta keys and other values (answer strings ...) stay as they are."""
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
+
+
+__all__ = [
+    "END",
+    "KEY",
+    "PAIRS",
+    "SKIPPED",
+    "SOURCE",
+    "TASK",
+    "WORKER",
+    "Batch",
+    "BatchTransform",
+    "batch_source",
+    "is_meta",
+    "move_to",
+]

@@ -1,0 +1,85 @@
+"""Building a run's model and loading pre-trained runs back (config, tokenizer, weights).
+
+Used by training (a fresh model, or ``init=`` from another run), fine-tuning, evaluation,
+weight imports and the studies alike, so none of them needs the trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from mmptm.data.tokenizer import Tokenizer
+from mmptm.encoders.base import VocabInfo
+from mmptm.models import checkpoint
+from mmptm.models.checkpoint import Checkpoint
+from mmptm.models.pretrain import PretrainModel
+from mmptm.models.run import RunConfig
+
+log = logging.getLogger(__name__)
+
+
+def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
+    """The tokenizer named by the recipe and a freshly initialised model for it."""
+    if not cfg.data.tokenizer:
+        raise ValueError("data.tokenizer is empty: train one with `mmptm tokenizer train`")
+    tokenizer = Tokenizer.load(cfg.data.tokenizer)
+    return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
+
+
+def modality_kinds(model: PretrainModel) -> set[str]:
+    """What the data pipeline must decode: each encoder's kind, and every text view by name."""
+    kinds = {enc.kind for enc in model.encoders.values()}
+    return kinds | {name for name, enc in model.encoders.items() if enc.kind == "text"}
+
+
+def load_pretrained(
+    path: str, overrides: Sequence[str] = ()
+) -> tuple[PretrainModel, Tokenizer, RunConfig]:
+    """Model (in eval mode), tokenizer and config of a checkpoint file or run directory."""
+    ckpt = checkpoint.read(path)
+    cfg = ckpt.run_config(overrides)
+    model, tokenizer = build_model(cfg)
+    model.load_state_dict(ckpt.model)
+    return model.eval(), tokenizer, cfg
+
+
+def init_from(cfg: RunConfig) -> Checkpoint | None:
+    """Give ``cfg`` the architecture (and tokenizer, if unset) of the run ``cfg.init`` names.
+
+    The heads, and the task mix and routes over them, stay the recipe's own. Returns the
+    checkpoint, whose weights :func:`load_init` loads, or None without ``init``.
+    """
+    if not cfg.init:
+        return None
+    ckpt = checkpoint.read(cfg.init)
+    src = ckpt.run_config()
+    cfg.model = replace(
+        src.model,
+        objectives=cfg.model.objectives,
+        task_mix=cfg.model.task_mix,
+        routes=cfg.model.routes,
+    )
+    if not cfg.data.tokenizer:
+        cfg.data.tokenizer = src.data.tokenizer
+    return ckpt
+
+
+def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> None:
+    """Load pre-trained weights; the recipe's own heads (objectives.*) may be new."""
+    own = model.state_dict()
+    wrong = [k for k, v in sd.items() if k in own and v.shape != own[k].shape]
+    if wrong:
+        raise ValueError(f"init={source}: tensors differ in shape, e.g. {wrong[:5]}")
+    missing = [k for k in own if k not in sd and not k.startswith("objectives.")]
+    if missing:
+        raise ValueError(
+            f"init={source}: the checkpoint lacks {len(missing)} tensors: {missing[:5]}"
+        )
+    model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
+    fresh = [k for k in own if k not in sd]
+    log.info("init from %s; new (randomly initialised): %s", source, fresh or "none")

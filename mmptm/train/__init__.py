@@ -1,0 +1,1 @@
+"""Training: optimiser and schedule, and the Trainer (one process or DDP ranks, exact resume)."""
