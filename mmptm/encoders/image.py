@@ -9,60 +9,14 @@ state dict, ``.safetensors`` or a torch pickle).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import timm
 import torch
 from torch import nn
 
+from mmptm.encoders.backbone import create_backbone
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
 from mmptm.registry import ENCODERS
-
-
-def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a state dict from ``.safetensors`` or a torch checkpoint, unwrapping common nests."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"weights file not found: {path}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        sd: Any = load_file(str(path))
-    else:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    for key in ("state_dict", "model", "module"):
-        if isinstance(sd, dict) and isinstance(sd.get(key), dict):
-            sd = sd[key]
-    if not isinstance(sd, dict):
-        raise ValueError(f"{path}: expected a state dict, got {type(sd).__name__}")
-    return {k.removeprefix("module."): v for k, v in sd.items()}
-
-
-def load_backbone_weights(backbone: nn.Module, path: str | Path, model_name: str) -> None:
-    """Load a full-model checkpoint into a timm backbone; keys it lacks (heads) are ignored.
-
-    Raises ValueError naming the file on a shape mismatch or a missing key.
-    """
-    sd = load_state_dict_file(path)
-    own = backbone.state_dict()
-    wrong = [
-        f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}"
-        for k, v in sd.items()
-        if k in own and v.shape != own[k].shape
-    ]
-    if wrong:
-        raise ValueError(
-            f"{path}: weights do not fit {model_name!r}; {len(wrong)} tensors "
-            f"differ in shape (file vs model), e.g. {wrong[:3]}"
-        )
-    missing = [k for k in own if k not in sd]
-    if missing:
-        raise ValueError(
-            f"{path}: weights do not fit {model_name!r}; missing "
-            f"{len(missing)} keys, e.g. {missing[:5]}"
-        )
-    backbone.load_state_dict({k: sd[k] for k in own})
 
 
 @ENCODERS.register("timm_image")
@@ -89,16 +43,13 @@ class TimmImageEncoder(Encoder):
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__(width)
         self.cfg = cfg
-        try:
-            self.backbone = timm.create_model(
-                cfg.model_name, pretrained=False, num_classes=0, **cfg.model_kwargs
-            )
-        except (RuntimeError, TypeError, ValueError) as e:
-            raise ValueError(f"timm could not build {cfg.model_name!r}: {e}") from e
-        if cfg.weights:
-            self.load_backbone_weights(cfg.weights)
-        if cfg.freeze_backbone:
-            self.backbone.requires_grad_(False)
+        self.backbone = create_backbone(
+            cfg.model_name,
+            cfg.model_kwargs,
+            weights=cfg.weights,
+            freeze=cfg.freeze_backbone,
+            num_classes=0,
+        )
         with torch.no_grad():  # probe the token grid once
             was_training = self.backbone.training
             self.backbone.eval()
@@ -112,9 +63,6 @@ class TimmImageEncoder(Encoder):
         init_weights(self.proj)
         if self.pos is not None:
             nn.init.normal_(self.pos, std=0.02)
-
-    def load_backbone_weights(self, path: str | Path) -> None:
-        load_backbone_weights(self.backbone, path, self.cfg.model_name)
 
     def _features(self, pixels_BCHW: torch.Tensor) -> torch.Tensor:
         f = self.backbone.forward_features(pixels_BCHW)

@@ -20,16 +20,14 @@ h×w feature map, o RoI output size, D fusion width.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import timm
 import torch
 from torch import nn
 from torchvision.ops import roi_align
 
+from mmptm.encoders.backbone import create_backbone
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
-from mmptm.encoders.image import load_backbone_weights
 from mmptm.registry import ENCODERS
 
 #: x1, y1, x2, y2, w, h, area (UNITER's 7-d location feature); fixed, not configurable
@@ -165,20 +163,14 @@ class RoIRegionEncoder(Encoder):
             raise ValueError("roi_regions.out_indices must name at least one backbone stage")
         if cfg.output_size < 1:
             raise ValueError(f"roi_regions.output_size must be >= 1, got {cfg.output_size}")
-        try:
-            self.backbone = timm.create_model(
-                cfg.model_name,
-                pretrained=False,
-                features_only=True,
-                out_indices=tuple(cfg.out_indices),
-                **cfg.model_kwargs,
-            )
-        except (RuntimeError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"timm could not build {cfg.model_name!r} with features: {e}") from e
-        if cfg.weights:
-            self.load_backbone_weights(cfg.weights)
-        if cfg.freeze_backbone:
-            self.backbone.requires_grad_(False)
+        self.backbone = create_backbone(
+            cfg.model_name,
+            cfg.model_kwargs,
+            weights=cfg.weights,
+            freeze=cfg.freeze_backbone,
+            features_only=True,
+            out_indices=tuple(cfg.out_indices),
+        )
         channels = sum(self.backbone.feature_info.channels())
         self.embed = RegionEmbedding(
             channels, width, dropout=cfg.dropout, layer_norm_eps=cfg.layer_norm_eps
@@ -190,10 +182,6 @@ class RoIRegionEncoder(Encoder):
 
     def has_input(self, batch: dict) -> bool:
         return "region_boxes" in batch and "pixels" in batch
-
-    def load_backbone_weights(self, path: str | Path) -> None:
-        """Load a full-model checkpoint into the feature extractor (head keys are ignored)."""
-        load_backbone_weights(self.backbone, path, self.cfg.model_name)
 
     def pool_regions(
         self, pixels_B3HW: torch.Tensor, boxes_BR4: torch.Tensor, mask_BR: torch.Tensor

@@ -20,6 +20,7 @@ from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.encoders.text import text_key_prefix
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.base import Objective
+from mmptm.objectives.masking import select_positions
 from mmptm.registry import OBJECTIVES
 
 IGNORE = -100
@@ -46,15 +47,12 @@ def mask_tokens(
     [MASK]/random/keep choice is then made per piece, as in BERT's whole-word masking.
     """
     candidates = real_BL.bool() & ~torch.isin(ids_BL, special_ids)
-    if word_starts is None:
-        draw_BL = torch.rand(ids_BL.shape, generator=g)
-    else:
+    word_BL = None
+    if word_starts is not None:
         after_text_BL = F.pad(candidates[:, :-1], (1, 0), value=False)
         starts_BL = candidates & (torch.isin(ids_BL, word_starts) | ~after_text_BL)
         word_BL = torch.cumsum(starts_BL.long(), dim=1)  # which word each piece belongs to
-        B, L = ids_BL.shape
-        draw_BL = torch.rand(B, L + 1, generator=g).gather(1, word_BL)
-    selected = candidates & (draw_BL < mask_prob)
+    selected = select_positions(candidates, mask_prob, g, groups_BN=word_BL)
     labels = torch.where(selected, ids_BL, torch.full_like(ids_BL, IGNORE))
     r = torch.rand(ids_BL.shape, generator=g)
     to_mask = selected & (r < p_mask)

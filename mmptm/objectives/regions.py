@@ -32,20 +32,8 @@ from mmptm.batch import Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.base import Objective
+from mmptm.objectives.masking import select_positions
 from mmptm.registry import OBJECTIVES
-
-
-def select_regions(real_BR: torch.Tensor, mask_prob: float, g: torch.Generator) -> torch.Tensor:
-    """Bool [B,R]: ~``mask_prob`` of the real regions, at least one per sample that has any."""
-    B, R = real_BR.shape
-    selected_BR = real_BR & (torch.rand(B, R, generator=g) < mask_prob)
-    # A sample left empty by chance gets one real region drawn uniformly (UNITER masks
-    # at least one, otherwise its MRM step would carry no signal for that image).
-    score_BR = torch.rand(B, R, generator=g).masked_fill(~real_BR, 2.0)
-    forced_B = score_BR.argmin(dim=1)
-    need_B = real_BR.any(dim=1) & ~selected_BR.any(dim=1)
-    selected_BR[need_B, forced_B[need_B]] = True
-    return selected_BR
 
 
 @dataclass(frozen=True)
@@ -71,7 +59,7 @@ class MaskRegions:
         B, R = feats_BRF.shape[:2]
         real_BR = batch.get("region_mask")
         real_BR = torch.ones(B, R, dtype=torch.bool) if real_BR is None else real_BR.bool()
-        zeroed_BR = select_regions(real_BR, self.mask_prob, g)
+        zeroed_BR = select_positions(real_BR, self.mask_prob, g, at_least_one=True)
         masked_BR = zeroed_BR.clone()
         if "itm_labels" in batch:
             masked_BR &= (batch["itm_labels"] != 0).unsqueeze(1)
