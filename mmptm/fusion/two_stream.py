@@ -3,7 +3,8 @@
 Each modality keeps its own Transformer stream (own width, heads and FFN size); the streams
 exchange information only through cross-attention sublayers in which each stream's queries
 attend to the other stream's keys/values, both computed from the states *before* either
-stream is updated.
+stream is updated. Every layer, joins included, is the shared ``TransformerBlock``; a join
+pairs one block per stream, differing only in its sublayer order.
 
 - ``vilbert``: language and vision stacks of regular layers (TRM) with co-attention blocks
   (co-TRM: co-attention + Add&Norm, then FFN + Add&Norm per stream) between them. A
@@ -29,104 +30,31 @@ from torch import nn
 
 from mmptm.encoders.base import ModalityTokens, init_weights
 from mmptm.fusion.base import FusionOutput, pool
-from mmptm.layers import Attention, TransformerBlock, TransformerConfig
+from mmptm.layers import TransformerBlock, TransformerConfig
 from mmptm.registry import FUSIONS
 
 _DEFAULT_LAYERS = {"vilbert": (12, 6), "lxmert": (9, 5)}  # (language, vision/object)
 
 
-class BiCrossAttention(nn.Module):
-    """Both streams attend to each other at once, each with residual + LayerNorm.
-
-    ``share=True`` uses one attention module and one LayerNorm for both directions (LXMERT);
-    it needs equal widths and heads.
-    """
-
-    def __init__(
-        self,
-        lang_width: int,
-        vis_width: int,
-        lang_heads: int,
-        vis_heads: int,
-        *,
-        dropout: float,
-        attn_dropout: float,
-        prenorm: bool,
-        eps: float,
-        share: bool = False,
-    ) -> None:
-        super().__init__()
-        if share and (lang_width != vis_width or lang_heads != vis_heads):
-            raise ValueError(
-                "a shared cross-attention needs equal stream widths and heads, got "
-                f"{lang_width}/{lang_heads} and {vis_width}/{vis_heads}"
-            )
-        self.share = share
-        self.prenorm = prenorm
-        self.lang_attn = Attention(lang_width, lang_heads, attn_dropout, kv_width=vis_width)
-        self.lang_norm = nn.LayerNorm(lang_width, eps=eps)
-        if not share:
-            self.vis_attn = Attention(vis_width, vis_heads, attn_dropout, kv_width=lang_width)
-            self.vis_norm = nn.LayerNorm(vis_width, eps=eps)
-        self.drop = nn.Dropout(dropout)
-
-    def vision_side(self) -> tuple[Attention, nn.LayerNorm]:
-        """The attention and norm the vision queries use (the language ones when shared)."""
-        if self.share:
-            return self.lang_attn, self.lang_norm
-        return self.vis_attn, self.vis_norm
-
-    def forward(
-        self,
-        l_BLW: torch.Tensor,
-        l_mask_BL: torch.Tensor,
-        v_BRV: torch.Tensor,
-        v_mask_BR: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        vis_attn, vis_norm = self.vision_side()
-        # Pre-LN: each stream's normalised states serve as its queries and as the other's keys.
-        ql_BLW = self.lang_norm(l_BLW) if self.prenorm else l_BLW
-        qv_BRV = vis_norm(v_BRV) if self.prenorm else v_BRV
-        dl_BLW = self.drop(self.lang_attn(ql_BLW, qv_BRV, v_mask_BR))
-        dv_BRV = self.drop(vis_attn(qv_BRV, ql_BLW, l_mask_BL))
-        if self.prenorm:
-            return l_BLW + dl_BLW, v_BRV + dv_BRV
-        return self.lang_norm(l_BLW + dl_BLW), vis_norm(v_BRV + dv_BRV)
-
-
-class FeedForward(nn.Module):
-    """Position-wise FFN sublayer (Linear-GELU-Linear) with residual + LayerNorm."""
-
-    def __init__(
-        self, width: int, mlp_ratio: float, *, dropout: float, prenorm: bool, eps: float
-    ) -> None:
-        super().__init__()
-        self.prenorm = prenorm
-        hidden = int(width * mlp_ratio)
-        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
-        self.norm = nn.LayerNorm(width, eps=eps)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x_BND: torch.Tensor, mask_BN: torch.Tensor | None = None) -> torch.Tensor:
-        """``mask_BN`` is unused (position-wise); it lets a stream call any sublayer alike."""
-        if self.prenorm:
-            return x_BND + self.drop(self.mlp(self.norm(x_BND)))
-        return self.norm(x_BND + self.drop(self.mlp(x_BND)))
-
-
 class StreamJoin(nn.Module):
-    """Bidirectional cross-attention, then a per-stream sublayer run on each stream alone.
+    """A TransformerBlock per stream, each cross-attending to the other stream's join input.
 
-    ViLBERT's co-TRM: the sublayers are FFNs (co-attention + Add&Norm, then FFN + Add&Norm).
-    LXMERT's cross-modality layer: they are TransformerBlocks, i.e. self-attention then FFN.
+    Sublayers per stream: cross → MLP (ViLBERT's co-TRM) or cross → self → MLP (LXMERT's
+    cross-modality layer). Both directions read the states from *before* the join; pre-LN,
+    the keys/values are those states as the other block's ``norm_cross`` normalises them,
+    i.e. the other stream's own (normalised) cross-attention queries.
     """
 
-    def __init__(self, cross: BiCrossAttention, lang: nn.Module, vis: nn.Module) -> None:
+    def __init__(self, lang: TransformerBlock, vis: TransformerBlock) -> None:
         super().__init__()
-        self.cross = cross
         self.lang = lang
         self.vis = vis
 
+    @staticmethod
+    def _context(block: TransformerBlock, x_BND: torch.Tensor) -> torch.Tensor:
+        """The states ``block``'s stream offers the other stream's cross-attention."""
+        return block.norm_cross(x_BND) if block.prenorm else x_BND
+
     def forward(
         self,
         l_BLW: torch.Tensor,
@@ -134,8 +62,11 @@ class StreamJoin(nn.Module):
         v_BRV: torch.Tensor,
         v_mask_BR: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        l_BLW, v_BRV = self.cross(l_BLW, l_mask_BL, v_BRV, v_mask_BR)
-        return self.lang(l_BLW, l_mask_BL), self.vis(v_BRV, v_mask_BR)
+        cl_BLW, cv_BRV = self._context(self.lang, l_BLW), self._context(self.vis, v_BRV)
+        return (
+            self.lang(l_BLW, l_mask_BL, cv_BRV, v_mask_BR),
+            self.vis(v_BRV, v_mask_BR, cl_BLW, l_mask_BL),
+        )
 
 
 @FUSIONS.register("two_stream")
@@ -283,11 +214,6 @@ class TwoStreamFusion(nn.Module):
 
         lang_tc = stream_cfg(cfg.language_heads, cfg.language_mlp_ratio)
         vis_tc = stream_cfg(cfg.n_vision_heads(), cfg.vision_mlp_ratio)
-        sub = {"dropout": cfg.dropout, "prenorm": cfg.prenorm, "eps": cfg.layer_norm_eps}
-
-        def cross(share: bool) -> BiCrossAttention:
-            heads = (cfg.language_heads, cfg.n_vision_heads())
-            return BiCrossAttention(W, V, *heads, attn_dropout=cfg.attn_dropout, share=share, **sub)
 
         self.lang_in = nn.Linear(width, W) if W != width else nn.Identity()
         self.vis_in = nn.Linear(width, V) if V != width else nn.Identity()
@@ -295,20 +221,20 @@ class TwoStreamFusion(nn.Module):
             TransformerBlock(W, lang_tc) for _ in range(cfg.n_language())
         )
         self.vis_layers = nn.ModuleList(TransformerBlock(V, vis_tc) for _ in range(cfg.n_vision()))
+
+        def join(sublayers: tuple[str, ...], share: bool = False) -> StreamJoin:
+            lang = TransformerBlock(W, lang_tc, cross_width=V, sublayers=sublayers)
+            vis = TransformerBlock(V, vis_tc, cross_width=W, sublayers=sublayers)
+            if share:  # LXMERT: one cross-attention (and its norm) for both directions
+                vis.cross, vis.norm_cross = lang.cross, lang.norm_cross
+            return StreamJoin(lang, vis)
+
         if cfg.variant == "vilbert":
-            self.joins = nn.ModuleList(
-                StreamJoin(
-                    cross(share=False),
-                    FeedForward(W, cfg.language_mlp_ratio, **sub),
-                    FeedForward(V, cfg.vision_mlp_ratio, **sub),
-                )
-                for _ in cfg.co_connections()
-            )
+            self.joins = nn.ModuleList(join(("cross", "mlp")) for _ in cfg.co_connections())
         else:
             share = W == V and cfg.language_heads == cfg.n_vision_heads()
             self.joins = nn.ModuleList(
-                StreamJoin(cross(share), TransformerBlock(W, lang_tc), TransformerBlock(V, vis_tc))
-                for _ in range(cfg.n_cross())
+                join(("cross", "self", "mlp"), share) for _ in range(cfg.n_cross())
             )
         # Post-LN sublayers already end normalised; pre-LN streams need a closing norm.
         closing = [

@@ -26,27 +26,57 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-12
 
 
+#: what a TransformerBlock can run, each as one residual sublayer with its own LayerNorm
+SUBLAYERS = ("self", "cross", "mlp")
+
+
 class TransformerBlock(nn.Module):
-    """Self-attention + MLP, optionally with cross-attention to another stream in between."""
+    """Residual sublayers run in the order ``sublayers`` names, each with its LayerNorm.
+
+    ``self``: self-attention (``attn``, ``norm1``); ``cross``: cross-attention to another
+    stream of width ``cross_width`` (``cross``, ``norm_cross``); ``mlp``: the FFN (``mlp``,
+    ``norm2``). The default is self → MLP, or self → cross → MLP given ``cross_width``;
+    two-stream fusion uses cross → MLP (ViLBERT co-TRM) and cross → self → MLP (LXMERT).
+    """
 
     def __init__(
         self,
         width: int,
         cfg: TransformerConfig,
         cross_width: int | None = None,
+        sublayers: tuple[str, ...] | None = None,
     ) -> None:
         super().__init__()
+        if sublayers is None:
+            sublayers = ("self", "mlp") if cross_width is None else ("self", "cross", "mlp")
+        unknown = [s for s in sublayers if s not in SUBLAYERS]
+        if unknown or len(set(sublayers)) != len(sublayers) or not sublayers:
+            raise ValueError(
+                f"sublayers must name each of {SUBLAYERS} at most once, got {sublayers}"
+            )
+        if ("cross" in sublayers) != (cross_width is not None):
+            raise ValueError(
+                f"a cross sublayer needs cross_width and cross_width a cross sublayer; got "
+                f"sublayers={sublayers}, cross_width={cross_width}"
+            )
+        self.sublayers = tuple(sublayers)
         eps = cfg.layer_norm_eps
         self.prenorm = cfg.prenorm
-        self.attn = Attention(width, cfg.heads, cfg.attn_dropout)
-        self.norm1 = nn.LayerNorm(width, eps=eps)
+        # Created in this fixed order whatever the run order, so initialisation draws (and
+        # thus seeded runs of existing models) do not depend on ``sublayers``.
+        self.attn: Attention | None = None
+        if "self" in sublayers:
+            self.attn = Attention(width, cfg.heads, cfg.attn_dropout)
+            self.norm1 = nn.LayerNorm(width, eps=eps)
         self.cross: Attention | None = None
         if cross_width is not None:
             self.cross = Attention(width, cfg.heads, cfg.attn_dropout, kv_width=cross_width)
             self.norm_cross = nn.LayerNorm(width, eps=eps)
-        hidden = int(width * cfg.mlp_ratio)
-        self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
-        self.norm2 = nn.LayerNorm(width, eps=eps)
+        self.mlp: nn.Sequential | None = None
+        if "mlp" in sublayers:
+            hidden = int(width * cfg.mlp_ratio)
+            self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
+            self.norm2 = nn.LayerNorm(width, eps=eps)
         self.drop = nn.Dropout(cfg.dropout)
 
     def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, fn) -> torch.Tensor:
@@ -61,14 +91,19 @@ class TransformerBlock(nn.Module):
         ctx_BMC: torch.Tensor | None = None,
         ctx_mask_BM: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x_BND = self._residual(x_BND, self.norm1, lambda h: self.attn(h, mask_BK=mask_BN))
-        if self.cross is not None:
-            if ctx_BMC is None:
-                raise ValueError("this block has cross-attention: pass ctx_BMC")
-            x_BND = self._residual(
-                x_BND, self.norm_cross, lambda h: self.cross(h, ctx_BMC, ctx_mask_BM)
-            )
-        return self._residual(x_BND, self.norm2, self.mlp)
+        """``ctx_BMC`` (with ``ctx_mask_BM``) is what the cross sublayer reads as keys/values."""
+        if self.cross is not None and ctx_BMC is None:
+            raise ValueError("this block has cross-attention: pass ctx_BMC")
+        for sublayer in self.sublayers:
+            if sublayer == "self":
+                x_BND = self._residual(x_BND, self.norm1, lambda h: self.attn(h, mask_BK=mask_BN))
+            elif sublayer == "cross":
+                x_BND = self._residual(
+                    x_BND, self.norm_cross, lambda h: self.cross(h, ctx_BMC, ctx_mask_BM)
+                )
+            else:
+                x_BND = self._residual(x_BND, self.norm2, self.mlp)
+        return x_BND
 
 
 class TransformerStack(nn.Module):

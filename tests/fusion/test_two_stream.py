@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from mmptm.config import ConfigError, from_dict
 from mmptm.encoders.base import ModalityTokens, init_weights
 from mmptm.fusion.two_stream import TwoStreamFusion
-from mmptm.layers import Attention
+from mmptm.layers import Attention, TransformerBlock
 from mmptm.registry import FUSIONS
 
 D = 32
@@ -158,41 +158,90 @@ def _explicit_attention(
     return o_BQD @ attn.out.weight.T + attn.out.bias
 
 
-def test_co_attention_matches_explicit_computation() -> None:
-    fusion = _fusion("vilbert")
-    co = fusion.joins[0].cross
+def _explicit_mlp(mlp: torch.nn.Sequential, x_BND: torch.Tensor) -> torch.Tensor:
+    return F.linear(F.gelu(F.linear(x_BND, mlp[0].weight, mlp[0].bias)), mlp[2].weight, mlp[2].bias)
+
+
+def _explicit_ln(norm: torch.nn.LayerNorm, x_BND: torch.Tensor) -> torch.Tensor:
+    mu_BN1 = x_BND.mean(-1, keepdim=True)
+    var_BN1 = ((x_BND - mu_BN1) ** 2).mean(-1, keepdim=True)
+    return (x_BND - mu_BN1) / torch.sqrt(var_BN1 + norm.eps) * norm.weight + norm.bias
+
+
+@pytest.mark.parametrize(
+    "variant,over",
+    [
+        ("vilbert", {}),
+        ("lxmert", {}),
+        ("lxmert", {"language_width": 0, "vision_width": 0, "vision_heads": 2}),  # shared
+    ],
+    ids=["vilbert", "lxmert", "lxmert-shared"],
+)
+@pytest.mark.parametrize("prenorm", [False, True])
+def test_join_matches_explicit_computation(variant: str, over: dict, prenorm: bool) -> None:
+    """co-TRM (cross → FFN) and LXMERT's cross-modality layer (cross → self → FFN), written
+    out: both directions read the states from before the join (pre-LN: each stream's
+    normalised states are its queries and the other stream's keys/values)."""
+    fusion = _fusion(variant, prenorm=prenorm, **over)
+    join = fusion.joins[0]
+    W, V = join.lang.cross.q.in_features, join.vis.cross.q.in_features
     g = torch.Generator().manual_seed(3)
-    l_BLW, v_BRV = torch.randn(2, 5, 16, generator=g), torch.randn(2, 4, 24, generator=g)
+    with torch.no_grad():  # non-trivial LayerNorm affine parameters
+        for m in join.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.copy_(1 + 0.5 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.5 * torch.randn(m.bias.shape, generator=g))
+    l_BLW, v_BRV = torch.randn(2, 5, W, generator=g), torch.randn(2, 4, V, generator=g)
     l_mask_BL = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)
     v_mask_BR = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+
+    def sublayer(norm, fn, x):
+        if prenorm:
+            return x + fn(_explicit_ln(norm, x))
+        return _explicit_ln(norm, x + fn(x))
+
+    def stream(block, x, mask, ctx, ctx_mask):
+        x = sublayer(
+            block.norm_cross, lambda h: _explicit_attention(block.cross, h, ctx, ctx_mask), x
+        )
+        if variant == "lxmert":
+            x = sublayer(block.norm1, lambda h: _explicit_attention(block.attn, h, h, mask), x)
+        return sublayer(block.norm2, lambda h: _explicit_mlp(block.mlp, h), x)
+
     with torch.no_grad():
-        got_l, got_v = co(l_BLW, l_mask_BL, v_BRV, v_mask_BR)
-        # Both directions read the states from before the block (not the updated language).
-        ln_l, ln_v = co.lang_norm, co.vis_norm
-        want_l = F.layer_norm(
-            l_BLW + _explicit_attention(co.lang_attn, l_BLW, v_BRV, v_mask_BR),
-            (16,),
-            ln_l.weight,
-            ln_l.bias,
-            ln_l.eps,
-        )
-        want_v = F.layer_norm(
-            v_BRV + _explicit_attention(co.vis_attn, v_BRV, l_BLW, l_mask_BL),
-            (24,),
-            ln_v.weight,
-            ln_v.bias,
-            ln_v.eps,
-        )
+        got_l, got_v = join(l_BLW, l_mask_BL, v_BRV, v_mask_BR)
+        ctx_l = _explicit_ln(join.lang.norm_cross, l_BLW) if prenorm else l_BLW
+        ctx_v = _explicit_ln(join.vis.norm_cross, v_BRV) if prenorm else v_BRV
+        want_l = stream(join.lang, l_BLW, l_mask_BL, ctx_v, v_mask_BR)
+        want_v = stream(join.vis, v_BRV, v_mask_BR, ctx_l, l_mask_BL)
     torch.testing.assert_close(got_l, want_l, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got_v, want_v, atol=1e-5, rtol=1e-5)
 
 
+def test_joins_are_transformer_blocks() -> None:
+    """One attention/FFN implementation: the joins run the shared TransformerBlock."""
+    for variant, order in [("vilbert", ("cross", "mlp")), ("lxmert", ("cross", "self", "mlp"))]:
+        join = _fusion(variant).joins[0]
+        for block in (join.lang, join.vis):
+            assert type(block) is TransformerBlock
+            assert block.sublayers == order
+    vilbert = _fusion("vilbert").joins[0]
+    assert vilbert.lang.attn is None and vilbert.vis.attn is None  # co-TRM: no self-attention
+
+
 def test_lxmert_shares_cross_attention_only_at_equal_widths() -> None:
     shared = _fusion("lxmert", language_width=0, vision_width=0, vision_heads=2)
-    assert shared.joins[0].cross.share
-    assert not hasattr(shared.joins[0].cross, "vis_attn")
-    assert not _fusion("lxmert").joins[0].cross.share
+    for join in shared.joins:
+        assert join.vis.cross is join.lang.cross
+        assert join.vis.norm_cross is join.lang.norm_cross
+    unshared = _fusion("lxmert")
+    assert unshared.joins[0].vis.cross is not unshared.joins[0].lang.cross
+    assert unshared.joins[0].vis.norm_cross is not unshared.joins[0].lang.norm_cross
+    # Not shared at equal widths but different heads either.
+    heads = _fusion("lxmert", language_width=0, vision_width=0, vision_heads=4)
+    assert heads.joins[0].vis.cross is not heads.joins[0].lang.cross
     assert _changed(shared, "regions", "text") > 1e-2
+    assert _changed(shared, "text", "regions") > 1e-2
 
 
 def test_pooled_joint_per_variant() -> None:
@@ -263,7 +312,7 @@ def test_published_sizes_instantiate() -> None:
     assert (len(vilbert.lang_layers), len(vilbert.vis_layers), len(vilbert.joins)) == (12, 6, 6)
     assert vilbert.cfg.co_connections() == [(6 + i, i) for i in range(6)]
     assert (len(lxmert.lang_layers), len(lxmert.vis_layers), len(lxmert.joins)) == (9, 5, 5)
-    assert lxmert.joins[0].cross.share
+    assert lxmert.joins[0].vis.cross is lxmert.joins[0].lang.cross
     n_vilbert = sum(p.numel() for p in vilbert.parameters())
     n_lxmert = sum(p.numel() for p in lxmert.parameters())
     # ViLBERT reports ~221M with BERT's ~24M embeddings; the fusion alone is ~205M here.

@@ -155,15 +155,29 @@ def _mlp(x: torch.Tensor, mlp: torch.nn.Sequential) -> torch.Tensor:
     return h @ mlp[2].weight.double().T + mlp[2].bias.double()
 
 
+_NORM = {"self": "norm1", "cross": "norm_cross", "mlp": "norm2"}
+
+
+@pytest.mark.parametrize(
+    "sublayers",
+    [None, ("cross", "mlp"), ("cross", "self", "mlp"), ("mlp", "cross", "self")],
+    ids=lambda s: "default" if s is None else "-".join(s),
+)
 @pytest.mark.parametrize("prenorm", [True, False])
-def test_transformer_block_layout_matches_reference(prenorm: bool) -> None:
-    """Pre-LN: x + f(LN(x)); post-LN (BERT): LN(x + f(x)); self → cross → MLP."""
+def test_transformer_block_layout_matches_reference(
+    prenorm: bool, sublayers: tuple[str, ...] | None
+) -> None:
+    """Pre-LN: x + f(LN(x)); post-LN (BERT): LN(x + f(x)); sublayers in the order named
+    (default self → cross → MLP), against an explicit float64 composition."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(6)
     cfg = TransformerConfig(heads=2, mlp_ratio=2.0, prenorm=prenorm, layer_norm_eps=1e-5)
-    block = TransformerBlock(8, cfg, cross_width=12).eval()
+    block = TransformerBlock(8, cfg, cross_width=12, sublayers=sublayers).eval()
+    order = sublayers or ("self", "cross", "mlp")
+    assert block.sublayers == order
     with torch.no_grad():  # non-trivial LayerNorm affine parameters
-        for norm in (block.norm1, block.norm_cross, block.norm2):
+        for name in order:
+            norm = getattr(block, _NORM[name])
             norm.weight.normal_()
             norm.bias.normal_()
     x = torch.randn(2, 5, 8, generator=g)
@@ -173,23 +187,46 @@ def test_transformer_block_layout_matches_reference(prenorm: bool) -> None:
     with torch.no_grad():
         got = block(x, mask, ctx, ctx_mask)
 
-    def self_attn(h):
-        return _reference_attention(block.attn, h, h, mask)
-
-    def cross_attn(h):
-        return _reference_attention(block.cross, h, ctx, ctx_mask)
-
-    def mlp(h):
-        return _mlp(h, block.mlp)
-
+    fns = {
+        "self": lambda h: _reference_attention(block.attn, h, h, mask),
+        "cross": lambda h: _reference_attention(block.cross, h, ctx, ctx_mask),
+        "mlp": lambda h: _mlp(h, block.mlp),
+    }
     with torch.no_grad():
         h = x.double()
-        steps = [(block.norm1, self_attn), (block.norm_cross, cross_attn), (block.norm2, mlp)]
-        for norm, fn in steps:
+        for name in order:
+            norm, fn = getattr(block, _NORM[name]), fns[name]
             h = h + fn(_ln(h, norm)) if prenorm else _ln(h + fn(h), norm)
     torch.testing.assert_close(got.double(), h, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="ctx_BMC"):
         block(x, mask)
+
+
+def test_transformer_block_builds_only_its_sublayers() -> None:
+    cfg = TransformerConfig(heads=2)
+    plain = TransformerBlock(8, cfg)
+    assert plain.sublayers == ("self", "mlp") and plain.cross is None
+    # Existing callers keep their parameter names (checkpoints, hf_import).
+    assert {k.split(".")[0] for k in plain.state_dict()} == {"attn", "norm1", "mlp", "norm2"}
+    co = TransformerBlock(8, cfg, cross_width=12, sublayers=("cross", "mlp"))
+    assert co.attn is None and not hasattr(co, "norm1")
+    assert {k.split(".")[0] for k in co.state_dict()} == {"cross", "norm_cross", "mlp", "norm2"}
+    assert co.cross.k.in_features == 12
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"sublayers": ("self", "ffn")}, "at most once"),
+        ({"sublayers": ("self", "self", "mlp")}, "at most once"),
+        ({"sublayers": ()}, "at most once"),
+        ({"sublayers": ("cross", "mlp")}, "needs cross_width"),
+        ({"cross_width": 12, "sublayers": ("self", "mlp")}, "needs cross_width"),
+    ],
+)
+def test_transformer_block_rejects_bad_sublayers(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TransformerBlock(8, TransformerConfig(heads=2), **kwargs)
 
 
 def _padded_copy(x: torch.Tensor, mask: torch.Tensor, extra: int, g: torch.Generator):
