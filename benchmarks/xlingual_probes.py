@@ -25,11 +25,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mmptm.data.decode import Collate, ConcatPair
 from mmptm.data.toyworld.language import LEXICON
 from mmptm.data.toyworld.scene import COLORS as COLOR_RGB
 from mmptm.data.toyworld.scene import SHAPES
-from mmptm.eval.xlingual import read_pairs
+from mmptm.eval.xlingual import read_pairs, text_plugin
 from mmptm.fusion.base import pool
 from mmptm.models.load import load_pretrained
 
@@ -79,19 +78,13 @@ def main() -> None:
     model.fusion.stack.register_forward_pre_hook(lambda m, a: layers.__setitem__(0, a[0]))
     for i, block in enumerate(blocks):
         block.register_forward_hook(lambda m, a, o, i=i: layers.__setitem__(i + 1, o))
-    collate = Collate(tok.pad_id, lambda c: tok.lang_index(c) if c in tok.languages else 0)
+    text = text_plugin(cfg, tok)  # the run's tokenisation and padding, one text view
     pairs = read_pairs(args.pairs or f"{args.data}/parallel/test-*.tar", "en", args.items)
-    L = cfg.data.max_text_len
-
-    def ids(text: str) -> list[int]:
-        return tok.build_inputs(tok.encode(text), None, L)[0]
 
     def embed(texts: list[str], lang: str) -> list[torch.Tensor]:
         out: list[list[torch.Tensor]] = [[] for _ in range(len(blocks) + 1)]
         for s in range(0, len(texts), 128):
-            batch = collate([{"__key__": "", "input_ids": ids(t), "lang": lang}
-                             for t in texts[s : s + 128]])  # fmt: skip
-            batch.pop("__key__")
+            batch = text.collate([text.encode(t, lang) for t in texts[s : s + 128]])
             mask = model.fuse(batch).mask["text"]
             for i in range(len(blocks) + 1):
                 out[i].append(pool(layers[i], mask, "mean"))
@@ -116,7 +109,7 @@ def main() -> None:
         print(f"{k} by layer: " + " ".join(f"L{i} {100 * a:.0f}%" for i, a in enumerate(accs)))
 
     mlm = model.objectives["mlm"]
-    concat, g = ConcatPair(tok.pad_id, cfg.data.restart_positions), torch.Generator()
+    (concat,), g = text.transforms(), torch.Generator()  # joins a pair into one sequence
     attn_in: list[tuple[torch.Tensor, torch.Tensor]] = []
     for block in blocks:
         block.attn.register_forward_pre_hook(
@@ -135,11 +128,12 @@ def main() -> None:
             elif cond == "copy":
                 firsts = [p[1] for p in pp]
             first_lang = lang if cond == "copy" else "en"
-            batch = collate([{"__key__": "", "input_ids": ids(a), "lang": first_lang,
-                              "text2_input_ids": ids(p[1]), "text2_lang": lang}
-                             for a, p in zip(firsts, pp)])  # fmt: skip
-            batch.pop("__key__")
-            batch = concat(batch, g)
+            samples = [
+                {**text.encode(a, first_lang), **{f"{concat.second}{k}": v
+                                                  for k, v in text.encode(p[1], lang).items()}}
+                for a, p in zip(firsts, pp)
+            ]  # fmt: skip
+            batch = concat(text.collate(samples), g)
             x = batch["input_ids"]
             special = torch.isin(x, torch.tensor([tok.pad_id, tok.cls_id, tok.sep_id]))
             cand = (batch["segment_ids"] == 1) & ~special & batch["attention_mask"]

@@ -138,15 +138,17 @@ def _pretrain(args: argparse.Namespace) -> int:
 def _eval_retrieval(args: argparse.Namespace) -> int:
     from mmptm.eval.retrieval import evaluate_retrieval, format_table
 
+    overrides = list(args.overrides)
+    if args.language:  # evaluation reads the first caption language
+        overrides.append(f"data.modalities.text.caption_languages=[{args.language}]")
     result = evaluate_retrieval(
         args.run,
         split=args.split,
         shards=args.shards,
-        language=args.language,
         max_items=args.max_items,
         batch_size=args.batch_size,
         rerank_k=args.rerank_k,
-        overrides=args.overrides,
+        overrides=overrides,
     )
     print(format_table({Path(args.run).name or args.run: result}))
     if args.out:

@@ -60,9 +60,13 @@ def component(registry: Registry[Any], default: Any = _MISSING) -> Any:
     raise TypeError(f"component default must be None, a name, a mapping or a Config: {default!r}")
 
 
-def components(registry: Registry[Any]) -> Any:
-    """Declare a ``dict[str, <part Config>]`` field (e.g. encoders by modality), default empty."""
-    return dataclasses.field(default_factory=dict, metadata={"registry": registry, "many": True})
+def components(registry: Registry[Any], *, keyed: bool = False) -> Any:
+    """Declare a ``dict[str, <part Config>]`` field (e.g. encoders by modality), default empty.
+
+    ``keyed``: each key names its part (``type`` may be left out), e.g. ``data.modalities``.
+    """
+    meta = {"registry": registry, "many": True, "keyed": keyed}
+    return dataclasses.field(default_factory=dict, metadata=meta)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,8 +141,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
                 raise ConfigError(
                     f"{key}: expected a mapping of {registry.kind}s, got {_show(value)}"
                 )
+            keyed = f.metadata.get("keyed")
             kwargs[name] = {
-                k: _convert_component(registry, v, _join(key, k)) for k, v in value.items()
+                k: _convert_component(registry, _typed(k, v) if keyed else v, _join(key, k))
+                for k, v in value.items()
             }
         elif value is None and f.default is None:
             kwargs[name] = None
@@ -150,6 +156,15 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise
     except ValueError as e:  # __post_init__ checks
         raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def _typed(key: str, value: Any) -> Any:
+    """A keyed component's mapping with ``type`` defaulting to its key."""
+    if isinstance(value, Mapping) and "type" not in value:
+        return {"type": key, **value}
+    if value is None:  # `image:` alone in YAML: the part's defaults
+        return {"type": key}
+    return value
 
 
 def _convert_component(registry: Registry[Any], value: Any, where: str) -> Any:

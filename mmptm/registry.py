@@ -1,4 +1,4 @@
-"""One registry mechanism shared by every plug point (encoders, fusion, objectives).
+"""One registry mechanism shared by every plug point (modalities, encoders, fusion, objectives).
 
 A registered part is a class with a nested ``Config`` dataclass whose first field is
 ``type: str``. Recipes name parts by that string; the config loader validates the part's keys
@@ -68,3 +68,4 @@ class Registry(Generic[T]):
 ENCODERS: Registry[Any] = Registry("encoder")
 FUSIONS: Registry[Any] = Registry("fusion")
 OBJECTIVES: Registry[Any] = Registry("objective")
+MODALITIES: Registry[Any] = Registry("modality")

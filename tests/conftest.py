@@ -61,7 +61,7 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         over += ["model.fusion.transformer.heads=2", "model.fusion.transformer.layers=2"]
     image = model.get("encoders", {}).get("image")
     if image:
-        over += ["data.image_size=32", "model.encoders.image.image_size=32"]
+        over += ["model.encoders.image.image_size=32"]
         if image.get("model_name", "").startswith("vit"):
             over.append(
                 "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, "

@@ -11,7 +11,8 @@ bottom-up-attention region features (the BUTD / LXMERT TSV). Shard members:
 - ``regions.npz`` (both, when region features are given): ``features`` float32 [R,F],
   ``boxes`` float32 [R,4] (x1, y1, x2, y2 normalised to [0, 1]), ``image_size`` int32 [2]
   (w, h), optional ``probs`` float32 [R,C] and ``labels`` int64 [R]; written by
-  :func:`regions_npz_bytes` with fixed zip headers, so the same arrays give the same bytes.
+  :func:`~mmptm.modalities.regions.regions_npz_bytes` (the regions plug-in owns the format)
+  with fixed zip headers, so the same arrays give the same bytes.
 
 A converter needs every source it is given: with ``regions_tsv``, an image without region
 features is skipped (and counted), so that all samples of a shard set have the same members.
@@ -30,7 +31,6 @@ import json
 import logging
 import os
 import re
-import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from PIL import Image, UnidentifiedImageError
 
 from mmptm.data.converters import SkipStats
 from mmptm.data.shards import ShardWriter
+from mmptm.modalities.regions import REGION_ARRAYS, load_regions, regions_npz_bytes
 
 __all__ = [
     "BUTD_FIELDS",
@@ -63,7 +64,6 @@ LXMERT_FIELDS = ("img_id", "img_h", "img_w", "objects_id", "objects_conf", "attr
                  "attrs_conf", "num_boxes", "boxes", "features")
 BUTD_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 # fmt: on
-REGION_ARRAYS = ("features", "boxes", "image_size", "probs", "labels")  # npz member order
 # COCO's names; data_subtype comes from the questions file ("train2014", "test2015"...),
 # else it is f"{split}2014"
 VQA_IMAGE_NAME = "COCO_{data_subtype}_{image_id:012d}.jpg"
@@ -72,62 +72,10 @@ _CODE = re.compile(r"[A-Za-z0-9_-]+")  # a split goes into file names
 _COCO_ID = re.compile(r"COCO_[A-Za-z]+[0-9]*_0*([0-9]+)")  # LXMERT's img_id for COCO images
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_QUALITY = 95  # only for images that were not JPEGs to begin with
-# Any fixed date >= 1980 works; numpy's own savez stamps the current time
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
 # ---------------------------------------------------------------------------------------------
 # regions.npz
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
-    return buf.getvalue()
-
-
-def regions_npz_bytes(record: Mapping[str, Any]) -> bytes:
-    """The ``regions.npz`` member of a sample: deterministic bytes that ``np.load`` reads.
-
-    ``record`` holds ``features`` [R,F], ``boxes`` [R,4] (normalised), ``image_size`` (w, h)
-    and optionally ``probs`` [R,C] and ``labels`` [R]; None or missing optional arrays are
-    left out. Arrays are cast to the contract's dtypes and shapes are checked.
-    """
-    features = np.asarray(record["features"], dtype=np.float32)
-    if features.ndim != 2 or len(features) == 0:
-        raise ValueError(f"region features must be [R,F] with R >= 1, got {features.shape}")
-    r = len(features)
-    arrays: dict[str, np.ndarray] = {
-        "features": features,
-        "boxes": np.asarray(record["boxes"], dtype=np.float32),
-        "image_size": np.asarray(record["image_size"], dtype=np.int32),
-    }
-    if record.get("probs") is not None:
-        arrays["probs"] = np.asarray(record["probs"], dtype=np.float32)
-    if record.get("labels") is not None:
-        arrays["labels"] = np.asarray(record["labels"], dtype=np.int64)
-    expected = {"boxes": (r, 4), "image_size": (2,), "labels": (r,)}
-    for name, array in arrays.items():
-        shape = expected.get(name)
-        if name == "probs":
-            shape = (r, array.shape[-1]) if array.ndim == 2 else None
-        if shape is not None and array.shape != shape:
-            raise ValueError(f"regions: {name} has shape {array.shape}, expected {shape}")
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        for name in REGION_ARRAYS:
-            if name in arrays:
-                info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
-                info.create_system = 3  # the default depends on the OS writing the file
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, _npy_bytes(arrays[name]))
-    return buf.getvalue()
-
-
-def load_regions(data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of a ``regions.npz`` member."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        return {name: npz[name] for name in npz.files}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,38 +1,36 @@
 """The training data pipeline: a list of small named stages over webdataset shards.
 
     shard list (per-epoch shuffle, or resampled) → split by node → split by worker
-    → tar → samples (skip-and-count handler) → shuffle buffer → decode (image, text)
-    → batch (pad to longest) → objectives' data sides (seeded per batch) → loader
+    → tar → samples (skip-and-count handler) → shuffle buffer → decode (modality plug-ins)
+    → batch (plug-ins collate: pad to longest) → batch stages (plug-ins' and objectives'
+    data sides, seeded per batch) → loader
 
 Every stage is a plain generator function that can be tested alone. Reproducibility: all
 randomness is drawn from generators seeded by (seed, epoch, rank, worker[, batch]), and the
 loader releases batches in a fixed worker order, so a run resumed at a saved
-``DataState`` sees exactly the batches an uninterrupted run would have seen.
+``DataState`` sees exactly the batches an uninterrupted run would have seen. What is decoded
+follows what the model declares it needs (``PretrainModel.data_needs``).
 """
 
 from __future__ import annotations
 
-import glob
 import itertools
-import logging
-import os
 import random
-import tarfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
-import braceexpand
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
 
-from mmptm.batch import BatchTransform
-from mmptm.data.decode import Collate, ConcatPair, Decoder
-
-log = logging.getLogger(__name__)
+import mmptm.modalities  # noqa: F401  (registers the plug-ins)
+from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
+from mmptm.config import components
+from mmptm.data.decode import Collate, Decoder
+from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
+from mmptm.modalities.base import DataContext, Modality, Need, build_modalities
+from mmptm.registry import MODALITIES
 
 Sample = dict[str, Any]
 
@@ -48,10 +46,10 @@ class SourceConfig:
     #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
     languages: list[str] = field(default_factory=list)
     alpha: float = 0.7
-    #: parallel / paired text: ``join`` into one sequence (TLM; models with a ``text2``
-    #: encoder read the views apart) or ``stack`` the two sentences as separate rows of one
-    #: batch (sentence-level contrastive over ``[text, text]``, see ``ConcatPair``)
-    pairs: str = "join"
+    #: two-sentence samples (parallel pairs) for a model with one text view: ``join`` them
+    #: into one sequence (TLM) or ``stack`` them as separate rows of one batch
+    #: (sentence-level contrastive over ``[text, text]``); see ``modalities/text.py``
+    pairs: Literal["join", "stack"] = "join"
 
 
 @dataclass
@@ -70,46 +68,17 @@ class DataConfig:
     shuffle_buffer: int = 1000
     #: sample shards with replacement forever instead of per-epoch permutations
     resampled: bool = False
-    image_size: int = 64
-    image_mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
-    image_std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
-    max_text_len: int = 40
-    #: caption languages (keys of ``json["captions"]``); one is drawn per sample per epoch;
-    #: the ``txt`` member is the fallback when a sample has none of them
-    caption_languages: list[str] = field(default_factory=lambda: ["en"])
     #: instead of ``train``: a mixture of sources, each batch drawn from one of them
     sources: dict[str, SourceConfig] = field(default_factory=dict)
-    #: pairs joined into one sequence restart positions at the second sentence (XLM TLM)
-    restart_positions: bool = True
     #: named evaluation sets (e.g. one per language): name → shard spec
     eval: dict[str, str] = field(default_factory=dict)
+    #: settings of the modality plug-ins, by plug-in name (e.g. ``text: {max_len: 48}``);
+    #: what the model's parts declare (an image encoder's size, mean, std) fills the rest
+    modalities: dict[str, Any] = components(MODALITIES, keyed=True)
 
 
 # --------------------------------------------------------------------------------------------
 # Shard lists
-
-
-def expand_shards(spec: str) -> list[str]:
-    """Resolve a shard spec into a sorted list of existing tar paths; error names what's missing."""
-    if not spec:
-        raise ValueError("no shards given (set data.train / data.val / data.test)")
-    urls: list[str] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        if os.path.isdir(part):
-            found = sorted(glob.glob(os.path.join(part, "*.tar")))
-        else:
-            found = []
-            for pattern in braceexpand.braceexpand(part):
-                found += sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        missing = [u for u in found if not os.path.exists(u)]
-        if missing:
-            raise FileNotFoundError(f"shard {missing[0]!r} (from {part!r}) does not exist")
-        if not found:
-            raise FileNotFoundError(f"shard spec {part!r} matches no files")
-        urls += found
-    return urls
 
 
 def shard_order(urls: Sequence[str], seed: int, epoch: int, shuffle: bool = True) -> list[str]:
@@ -135,30 +104,6 @@ def split_round_robin(items: Iterable[Any], index: int, count: int) -> Iterator[
 
 # --------------------------------------------------------------------------------------------
 # Samples
-
-
-class SkipCounter:
-    """A webdataset-style handler that logs and counts bad input instead of raising."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = ""
-
-    def __call__(self, exn: BaseException) -> bool:
-        self.count += 1
-        self.last = str(exn)
-        log.warning("skipped bad input (%d so far): %s", self.count, exn)
-        return True  # keep going
-
-    def skip(self, sample: Sample, reason: str) -> None:
-        self(ValueError(f"sample {sample.get('__key__')!r} in {sample.get('__url__')}: {reason}"))
-
-
-def tar_samples(urls: Iterable[str], handler: SkipCounter) -> Iterator[Sample]:
-    """Open tar shards and group members into samples by ``__key__`` (webdataset's readers)."""
-    streams = url_opener(({"url": u} for u in urls), handler=handler)
-    files = tar_file_expander(streams, handler=handler)
-    yield from group_by_keys(files, handler=handler)
 
 
 def shuffle_buffer(samples: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
@@ -246,6 +191,22 @@ class StreamConfig:
     resampled: bool = False
     drop_last: bool = True
 
+    @property
+    def modalities(self) -> Sequence[Modality]:
+        """The plug-ins that decode and collate this stream."""
+        return self.decoder.modalities
+
+    def view_keys(self, view: str) -> list[str]:
+        """The batch keys of one view the model reads (e.g. an encoder's inputs)."""
+        for m in self.modalities:
+            if view in m.views:
+                return m.view_keys(view)
+        raise KeyError(f"no plug-in decodes view {view!r} (views: {self.views})")
+
+    @property
+    def views(self) -> list[str]:
+        return [v for m in self.modalities for v in m.views]
+
 
 class ShardStream(IterableDataset):
     """One epoch of batches for this rank; each worker yields its own part.
@@ -325,14 +286,14 @@ class ShardStream(IterableDataset):
             if index < skip:
                 continue
             batch = c.collate(group)
-            batch["__source__"] = source
+            batch[SOURCE] = source
             g = batch_generator(c.seed, self.epoch, c.rank, worker, index)
             for transform in c.transforms:
                 batch = transform(batch, g)
-            batch["__worker__"] = worker
-            batch["__skipped__"] = handler.count
+            batch[WORKER] = worker
+            batch[SKIPPED] = handler.count
             yield batch
-        yield {"__end__": worker, "__skipped__": handler.count}
+        yield {END: worker, SKIPPED: handler.count}
 
 
 @dataclass
@@ -427,52 +388,17 @@ class Loader:
 
 
 def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, Any]]:
-    """One ordered pass over the data (evaluation): no shuffling, last batch kept."""
-    cfg = replace(cfg, shuffle=False, drop_last=False, resampled=False)
+    """One ordered pass over the data (evaluation): no shuffling or random choices, last
+    batch kept."""
+    cfg = replace(
+        cfg,
+        shuffle=False,
+        drop_last=False,
+        resampled=False,
+        decoder=replace(cfg.decoder, train=False),
+    )
     loader = Loader(cfg, num_workers)
     return loader._epoch_batches()
-
-
-__all__ = [
-    "Collate",
-    "ConcatPair",
-    "DataConfig",
-    "DataState",
-    "Decoder",
-    "Loader",
-    "ShardStream",
-    "SkipCounter",
-    "SourceConfig",
-    "StreamConfig",
-    "SubSource",
-    "batch_generator",
-    "batched",
-    "count_samples",
-    "decode_samples",
-    "expand_shards",
-    "mixture",
-    "shard_order",
-    "shuffle_buffer",
-    "single_pass",
-    "split_round_robin",
-    "stream_config",
-    "tar_samples",
-]
-
-
-@lru_cache(maxsize=4096)
-def _count(url: str, size: int, mtime: float) -> int:
-    with tarfile.open(url) as tar:
-        return len({m.name.split("/")[-1].split(".")[0] for m in tar if m.isfile()})
-
-
-def count_samples(urls: Iterable[str]) -> int:
-    """Samples (distinct keys) in tar shards, from their headers; cached per file version."""
-    total = 0
-    for u in urls:
-        st = os.stat(u)
-        total += _count(u, st.st_size, st.st_mtime)
-    return total
 
 
 def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
@@ -502,26 +428,21 @@ def stream_config(
     cfg: DataConfig,
     tokenizer: Any,
     *,
+    needs: Mapping[str, Need],
     split: str = "train",
-    needs: Iterable[str] = ("image", "text"),
     transforms: Sequence[BatchTransform] = (),
     seed: int = 0,
     rank: int = 0,
     world: int = 1,
     shards: str | None = None,
 ) -> StreamConfig:
-    """Assemble the stages' settings for one split from the data config."""
+    """Assemble the stages' settings for one split.
+
+    ``needs`` says what the model reads (``PretrainModel.data_needs()``); one plug-in per
+    modality in it decodes and collates, configured by ``cfg.modalities``. ``transforms``
+    (the objectives' data sides) run after the plug-ins' own batch stages, by priority.
+    """
     spec = shards if shards is not None else getattr(cfg, split)
-    needs = frozenset(needs)
-    for name, src in cfg.sources.items():
-        if src.pairs not in ("join", "stack"):
-            raise ValueError(f"data.sources.{name}.pairs must be join or stack, got {src.pairs!r}")
-    stack = frozenset(name for name, src in cfg.sources.items() if src.pairs == "stack")
-    if stack and "text2" in needs:
-        raise ValueError(
-            f"data.sources {sorted(stack)} stack pairs into rows of `text`, but the model has a "
-            "text2 encoder that reads the second sentence apart: drop one of them"
-        )
     if split == "train" and shards is None and cfg.sources:
         if cfg.train:
             raise ValueError("set data.train or data.sources, not both")
@@ -530,30 +451,20 @@ def stream_config(
         raise ValueError(f"data.{split} is empty: give the shards of the {split} split")
     else:
         sources = [SubSource(split, expand_shards(spec))]
-    if "text" in needs and "text2" not in needs:  # one sequence: join pairs (or stack them)
-        pair = ConcatPair(tokenizer.pad_id, cfg.restart_positions, stack=stack)
-        transforms = [pair, *transforms]
-        transforms.sort(key=lambda t: t.data_priority)
     if cfg.batch_size < 1:
         raise ValueError(f"data.batch_size must be >= 1, got {cfg.batch_size}")
-
-    def lang_index(lang: str) -> int:
-        return tokenizer.languages.index(lang) if lang in tokenizer.languages else 0
-
+    if not needs:
+        raise ValueError("the model declares no data it reads")
+    context = DataContext(
+        tokenizer=tokenizer, pairs={name: src.pairs for name, src in cfg.sources.items()}
+    )
+    modalities = build_modalities(needs, cfg.modalities, context)
+    stages = [t for m in modalities for t in m.transforms()] + list(transforms)
     return StreamConfig(
         sources=sources,
-        decoder=Decoder(
-            tokenizer=tokenizer,
-            needs=needs,
-            image_size=cfg.image_size,
-            image_mean=list(cfg.image_mean),
-            image_std=list(cfg.image_std),
-            max_text_len=cfg.max_text_len,
-            caption_languages=list(cfg.caption_languages),
-            seed=seed,
-        ),
-        collate=Collate(pad_id=tokenizer.pad_id, lang_index=lang_index),
-        transforms=list(transforms),
+        decoder=Decoder(modalities, seed=seed, train=split == "train"),
+        collate=Collate(modalities),
+        transforms=sorted(stages, key=lambda t: t.data_priority),
         batch_size=cfg.batch_size,
         seed=seed,
         rank=rank,

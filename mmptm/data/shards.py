@@ -1,21 +1,118 @@
-"""Deterministic, atomic writer of webdataset tar shards.
+"""Webdataset tar shards: shard specs, reading samples (skip-and-count), and writing them.
 
-Every data converter (toyworld, COCO, VQA, XNLI...) writes through :class:`ShardWriter`, so
-that the same samples always give byte-identical shards and an interrupted run never leaves a
+Reading: :func:`expand_shards` resolves a spec (glob, brace pattern, directory, comma list),
+:func:`tar_samples` groups tar members into samples with webdataset's readers, and a
+:class:`SkipCounter` handler logs and counts what cannot be read instead of stopping.
+Writing: every converter (toyworld, COCO, VQA, XNLI...) writes through :class:`ShardWriter`,
+so the same samples always give byte-identical shards and an interrupted run never leaves a
 truncated shard under a final name.
 """
 
 from __future__ import annotations
 
+import glob
 import io
 import json
+import logging
 import os
 import tarfile
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["ShardWriter", "encode_member"]
+import braceexpand
+from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
+
+__all__ = [
+    "ShardWriter",
+    "SkipCounter",
+    "count_samples",
+    "encode_member",
+    "expand_shards",
+    "tar_samples",
+]
+
+log = logging.getLogger(__name__)
+Sample = dict[str, Any]
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def expand_shards(spec: str) -> list[str]:
+    """Resolve a shard spec into a sorted list of existing tar paths; error names what's missing."""
+    if not spec:
+        raise ValueError("no shards given (set data.train / data.val / data.test)")
+    urls: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if os.path.isdir(part):
+            found = sorted(glob.glob(os.path.join(part, "*.tar")))
+        else:
+            found = []
+            for pattern in braceexpand.braceexpand(part):
+                found += sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        missing = [u for u in found if not os.path.exists(u)]
+        if missing:
+            raise FileNotFoundError(f"shard {missing[0]!r} (from {part!r}) does not exist")
+        if not found:
+            raise FileNotFoundError(f"shard spec {part!r} matches no files")
+        urls += found
+    return urls
+
+
+class SkipCounter:
+    """A webdataset-style handler that logs and counts bad input instead of raising."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def __call__(self, exn: BaseException) -> bool:
+        self.count += 1
+        self.last = _describe(exn)
+        log.warning("skipped bad input (%d so far): %s", self.count, self.last)
+        return True  # keep going
+
+    def skip(self, sample: Sample, reason: str) -> None:
+        self(ValueError(f"sample {sample.get('__key__')!r} in {sample.get('__url__')}: {reason}"))
+
+
+def _describe(exn: BaseException) -> str:
+    """One line naming the shard: webdataset appends (stream, url) to a reader's error."""
+    args = exn.args
+    if len(args) > 1 and isinstance(args[-1], str):
+        return f"{args[-1]}: {type(exn).__name__}: {args[0]}"
+    return str(exn)
+
+
+def tar_samples(urls: Iterable[str], handler: SkipCounter) -> Iterator[Sample]:
+    """Open tar shards and group members into samples by ``__key__`` (webdataset's readers)."""
+    streams = url_opener(({"url": u} for u in urls), handler=handler)
+    files = tar_file_expander(streams, handler=handler)
+    yield from group_by_keys(files, handler=handler)
+
+
+@lru_cache(maxsize=4096)
+def _count(url: str, size: int, mtime: float) -> int:
+    with tarfile.open(url) as tar:
+        return len({m.name.split("/")[-1].split(".")[0] for m in tar if m.isfile()})
+
+
+def count_samples(urls: Iterable[str]) -> int:
+    """Samples (distinct keys) in tar shards, from their headers; cached per file version."""
+    total = 0
+    for u in urls:
+        st = os.stat(u)
+        total += _count(u, st.st_size, st.st_mtime)
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
 
 # Fixed header fields: anything taken from the clock or the current user would make two runs
 # over the same samples differ byte for byte.

@@ -14,14 +14,15 @@ import json
 import logging
 import random
 import re
-import tarfile
 import warnings
-import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
+
+from mmptm.data.shards import SkipCounter, tar_samples
+from mmptm.modalities.text import sample_texts
 
 __all__ = ["ID_SCHEMES", "SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
 
@@ -403,6 +404,26 @@ class Tokenizer:
             raise TypeError(f"encode expects a str, got {type(text).__name__}")
         return [self._from_sp(i) for i in self._sp.encode(text, out_type=int)]
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Ids of ``text`` and the character span ``[start, end)`` of each piece in ``text``.
+
+        A piece's span leaves out the whitespace it absorbed ("▁blue" in "a blue" is
+        ``(2, 6)``); pieces normalisation inserted cover no character (``start == end``).
+        Needs the ``protobuf`` package (sentencepiece's offsets come as a protobuf).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"encode_with_offsets expects a str, got {type(text).__name__}")
+        proto = self._sp.encode(text, return_type="proto")
+        char_at = _byte_to_char(text)  # sentencepiece's offsets count UTF-8 bytes
+        ids, spans = [], []
+        for piece in proto.pieces:
+            start, end = char_at[piece.begin], char_at[piece.end]
+            surface = text[start:end]
+            start = min(start + len(surface) - len(surface.lstrip()), end)
+            ids.append(self._from_sp(piece.id))
+            spans.append((start, end))
+        return ids, spans
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids``, skipping every special id."""
         sp_ids = []
@@ -444,6 +465,15 @@ class Tokenizer:
         input_ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
         segment_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
         return input_ids, segment_ids
+
+
+def _byte_to_char(text: str) -> list[int]:
+    """For each UTF-8 byte offset of ``text`` (and its end), the character offset."""
+    out = []
+    for i, ch in enumerate(text):
+        out += [i] * len(ch.encode("utf-8"))
+    out.append(len(text))
+    return out
 
 
 # -- training ---------------------------------------------------------------------------------
@@ -489,13 +519,6 @@ def _brace_expand(pattern: str) -> list[str]:
     return list(braceexpand(pattern))
 
 
-def _lines(text: str) -> Iterator[str]:
-    for line in text.splitlines():
-        line = line.strip()
-        if line:
-            yield line
-
-
 def _read_text_file(path: Path) -> Iterator[str]:
     try:
         with path.open(encoding="utf-8") as f:
@@ -507,72 +530,20 @@ def _read_text_file(path: Path) -> Iterator[str]:
         raise ValueError(f"{path}: not valid UTF-8 text ({e})") from e
 
 
-def _json_texts(obj: Any, languages: set[str]) -> Iterator[str]:
-    if not isinstance(obj, dict):
-        return
-    captions = obj.get("captions")
-    if isinstance(captions, dict):
-        for lang, caption in captions.items():
-            languages.add(lang)
-            for c in caption if isinstance(caption, list) else [caption]:
-                if isinstance(c, str):
-                    yield from _lines(c)
-    langs = obj.get("languages")
-    if isinstance(langs, list):
-        languages.update(lang for lang in langs if isinstance(lang, str))
-    texts = obj.get("texts")
-    if isinstance(texts, list):
-        for t in texts:
-            if isinstance(t, str):
-                yield from _lines(t)
-    # The other sample formats' text fields: NLI pairs, VQA questions (see data/decode.py).
-    if isinstance(obj.get("language"), str):
-        languages.add(obj["language"])
-    for key in ("premise", "hypothesis", "question"):
-        if isinstance(obj.get(key), str):
-            yield from _lines(obj[key])
-
-
-def _read_shard(path: Path, languages: set[str]) -> Iterator[str]:
-    """Sentences of a webdataset shard: ``txt`` members and the text fields of ``json`` ones
-    (captions, parallel texts, NLI premise/hypothesis, VQA questions)."""
-    try:
-        # Opened apart from the `with` below: failing to open is an error, failing later a warning.
-        tar = tarfile.open(path, "r:*")  # noqa: SIM115
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-        raise ValueError(f"{path}: not a readable tar shard ({e})") from e
-    with tar:
-        last = reading = None
+def _read_shards(paths: list[Path], languages: set[str], handler: SkipCounter) -> Iterator[str]:
+    """Sentences of webdataset shards, read by the pipeline's reader; what the text plug-in
+    finds in each sample (:func:`~mmptm.modalities.text.sample_texts`). Unreadable members
+    and samples are skipped and counted by ``handler``."""
+    for sample in tar_samples([str(p) for p in paths], handler):
         try:
-            for member in tar:
-                name = member.name.rsplit("/", 1)[-1]
-                if not member.isfile() or name.startswith(".") or "." not in name:
-                    continue
-                # webdataset: key up to the first dot, extension after; "en.txt" is text too.
-                kind = name.split(".", 1)[1].rsplit(".", 1)[-1].lower()
-                if kind not in ("txt", "json"):
-                    continue
-                reading = member.name
-                f = tar.extractfile(member)
-                data = f.read() if f is not None else b""
-                last, reading = member.name, None
-                try:
-                    text = data.decode("utf-8")
-                    if kind == "txt":
-                        sentences = list(_lines(text))
-                    else:
-                        sentences = list(_json_texts(json.loads(text), languages))
-                except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
-                    warnings.warn(
-                        f"{path}: skipping corrupt member {member.name!r} ({e})", stacklevel=2
-                    )
-                    continue
-                yield from sentences
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-            where = f"in member {reading!r}" if reading else f"after member {last!r}"
-            warnings.warn(
-                f"{path}: shard corrupt or truncated {where}, rest skipped ({e})", stacklevel=2
-            )
+            texts = list(sample_texts(sample))
+        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError included
+            handler.skip(sample, f"{type(e).__name__}: {e}")
+            continue
+        for text, lang in texts:
+            if lang:
+                languages.add(lang)
+            yield text
 
 
 def _sample(sentences: Iterable[str], max_sentences: int, seed: int) -> tuple[list[str], int]:
@@ -623,16 +594,24 @@ def train_tokenizer(
     files = _expand_inputs(inputs)  # before reading anything: a typo should fail fast
     found_langs: set[str] = set()
 
+    handler = SkipCounter()
+
     def sentences() -> Iterator[str]:
         for path in files:
             if _is_shard(path):
-                yield from _read_shard(path, found_langs)
+                yield from _read_shards([path], found_langs, handler)
             else:
                 yield from _read_text_file(path)
 
     # Sampled here rather than with sentencepiece's input_sentence_size: with 0.2.x its
     # sampling gave a different model in each process even after set_random_generator_seed.
     kept, seen = _sample(sentences(), max_sentences, seed)
+    if handler.count:
+        warnings.warn(
+            f"tokenizer inputs: skipped {handler.count} unreadable sample(s) or shard part(s); "
+            f"last: {handler.last}",
+            stacklevel=2,
+        )
     if not kept:
         raise ValueError(f"no sentences found in tokenizer inputs {list(map(str, inputs))}")
     if seen > len(kept):

@@ -5,12 +5,13 @@ Nothing is downloaded: weights come from a local file (``.safetensors`` or a tor
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import timm
 import torch
+from timm.data import resolve_data_config
 from torch import nn
 
 
@@ -90,3 +91,16 @@ def create_backbone(
     if freeze:
         backbone.requires_grad_(False)
     return backbone
+
+
+def input_facts(
+    backbone: nn.Module, image_size: int, mean: Sequence[float] | None, std: Sequence[float] | None
+) -> dict[str, Any]:
+    """What the image plug-in must give this backbone: size, and the mean and std its weights
+    expect (timm's ``resolve_data_config``, unless the recipe names them)."""
+    resolved = resolve_data_config({}, model=backbone)
+    return {
+        "size": image_size,
+        "mean": [float(v) for v in (mean if mean is not None else resolved["mean"])],
+        "std": [float(v) for v in (std if std is not None else resolved["std"])],
+    }

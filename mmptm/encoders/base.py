@@ -7,10 +7,12 @@ modality-type embedding already added, so fusion never asks which modality it go
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
+
+from mmptm.modalities.base import Need, view_prefix
 
 
 class ModalityTokens(NamedTuple):
@@ -66,20 +68,35 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 
 
 class Encoder(nn.Module):
-    """Base of all encoders: owns the modality-type embedding and names its batch input."""
+    """Base of all encoders: owns the modality-type embedding and declares the data it reads.
 
-    #: the batch key whose presence means this modality is in the batch
-    input_key: str = ""
-    #: what the data pipeline must decode for this encoder (``text``, ``image``, ...)
-    kind: str = ""
+    An encoder reads the view named like itself (its recipe name) of its ``modality``: the
+    plug-in's keys as they are when the names match (``input_ids``), else prefixed with
+    ``<name>_`` (``text2_input_ids``). ``data_needs`` tells the data pipeline what to decode.
+    """
 
-    def __init__(self, width: int) -> None:
+    #: the modality plug-in whose keys this encoder reads
+    modality: ClassVar[str] = ""
+    #: the plug-in key whose presence in a batch means this encoder has input
+    main_key: ClassVar[str] = ""
+
+    def __init__(self, width: int, name: str = "") -> None:
         super().__init__()
         self.width = width
+        self.view = name or self.modality
+        self.prefix = view_prefix(self.modality, self.view)
         self.type_embedding = nn.Parameter(torch.zeros(width))
+
+    @property
+    def input_key(self) -> str:
+        return self.prefix + self.main_key
 
     def has_input(self, batch: dict) -> bool:
         return self.input_key in batch
+
+    def data_needs(self) -> dict[str, Need]:
+        """What this encoder reads: ``{view: Need(modality, facts it fixes)}``."""
+        return {self.view: Need(self.modality)}
 
     def add_type(self, tokens_BND: torch.Tensor) -> torch.Tensor:
         return tokens_BND + self.type_embedding

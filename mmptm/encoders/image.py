@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from mmptm.encoders.backbone import create_backbone
+from mmptm.encoders.backbone import create_backbone, input_facts
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
+from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
 
 
@@ -23,9 +24,8 @@ from mmptm.registry import ENCODERS
 class TimmImageEncoder(Encoder):
     """Wraps ``timm.create_model(model_name, **model_kwargs)``; reads ``pixels [B,3,H,W]``."""
 
-    kind = "image"
-
-    input_key = "pixels"
+    modality = "image"
+    main_key = "pixels"
 
     @dataclass
     class Config:
@@ -36,12 +36,15 @@ class TimmImageEncoder(Encoder):
         #: local weights file for the backbone (never downloaded)
         weights: str | None = None
         image_size: int = 64
+        #: input normalisation; None = what the timm model's pretrained config says
+        mean: list[float] | None = None
+        std: list[float] | None = None
         #: learned position embedding on the token grid (CNN grids have none of their own)
         position_embedding: bool = True
         freeze_backbone: bool = False
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
-        super().__init__(width)
+    def __init__(self, cfg: Config, *, width: int, name: str = "image", **_: object) -> None:
+        super().__init__(width, name)
         self.cfg = cfg
         self.backbone = create_backbone(
             cfg.model_name,
@@ -64,6 +67,10 @@ class TimmImageEncoder(Encoder):
         if self.pos is not None:
             nn.init.normal_(self.pos, std=0.02)
 
+    def data_needs(self) -> dict[str, Need]:
+        facts = input_facts(self.backbone, self.cfg.image_size, self.cfg.mean, self.cfg.std)
+        return {self.view: Need(self.modality, facts)}
+
     def _features(self, pixels_BCHW: torch.Tensor) -> torch.Tensor:
         f = self.backbone.forward_features(pixels_BCHW)
         if f.ndim == 4:  # CNN map [B,C,h,w] -> tokens [B,h*w,C]
@@ -73,11 +80,11 @@ class TimmImageEncoder(Encoder):
         raise ValueError(f"{self.cfg.model_name}: unsupported feature shape {tuple(f.shape)}")
 
     def forward(self, batch: dict) -> ModalityTokens:
-        pixels = batch["pixels"]
+        pixels = batch[self.input_key]
         if pixels.shape[-1] != self.cfg.image_size or pixels.shape[-2] != self.cfg.image_size:
             raise ValueError(
-                f"pixels are {tuple(pixels.shape[-2:])}, encoder expects image_size="
-                f"{self.cfg.image_size} (data.image_size and the encoder must agree)"
+                f"{self.input_key} are {tuple(pixels.shape[-2:])}, encoder {self.view!r} "
+                f"expects image_size={self.cfg.image_size}"
             )
         f_BNC = self._features(pixels)
         x_BND = self.norm(self.proj(f_BNC))

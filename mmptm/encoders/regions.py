@@ -26,8 +26,9 @@ import torch
 from torch import nn
 from torchvision.ops import roi_align
 
-from mmptm.encoders.backbone import create_backbone
+from mmptm.encoders.backbone import create_backbone, input_facts
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
+from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
 
 #: x1, y1, x2, y2, w, h, area (UNITER's 7-d location feature); fixed, not configurable
@@ -43,9 +44,9 @@ def box_geometry(boxes_BR4: torch.Tensor) -> torch.Tensor:
     return torch.stack([x1, y1, x2, y2, w, h, w * h], dim=-1)
 
 
-def region_mask(batch: dict, boxes_BR4: torch.Tensor) -> torch.Tensor:
+def region_mask(batch: dict, boxes_BR4: torch.Tensor, key: str = "region_mask") -> torch.Tensor:
     """``region_mask`` as bool [B,R]; all regions real when the batch has none."""
-    mask_BR = batch.get("region_mask")
+    mask_BR = batch.get(key)
     if mask_BR is None:
         return torch.ones(boxes_BR4.shape[:2], dtype=torch.bool, device=boxes_BR4.device)
     return mask_BR.bool()
@@ -94,8 +95,8 @@ class RegionEmbedding(nn.Module):
 class RegionEncoder(Encoder):
     """Precomputed detector region features (bottom-up attention style) at the fusion width."""
 
-    kind = "regions"
-    input_key = "region_feats"
+    modality = "regions"
+    main_key = "region_feats"
 
     @dataclass
     class Config:
@@ -105,8 +106,8 @@ class RegionEncoder(Encoder):
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
-        super().__init__(width)
+    def __init__(self, cfg: Config, *, width: int, name: str = "regions", **_: object) -> None:
+        super().__init__(width, name)
         self.cfg = cfg
         self.embed = RegionEmbedding(
             cfg.feature_dim, width, dropout=cfg.dropout, layer_norm_eps=cfg.layer_norm_eps
@@ -117,13 +118,14 @@ class RegionEncoder(Encoder):
         return self.embed.feature_dim
 
     def forward(self, batch: dict) -> ModalityTokens:
-        feats_BRF, boxes_BR4 = batch["region_feats"], batch["region_boxes"]
+        p = self.prefix
+        feats_BRF, boxes_BR4 = batch[f"{p}region_feats"], batch[f"{p}region_boxes"]
         if boxes_BR4.shape[:2] != feats_BRF.shape[:2] or boxes_BR4.shape[-1] != 4:
             raise ValueError(
-                f"region_boxes {tuple(boxes_BR4.shape)} do not fit region_feats "
+                f"{p}region_boxes {tuple(boxes_BR4.shape)} do not fit {p}region_feats "
                 f"{tuple(feats_BRF.shape)} (want [B,R,4])"
             )
-        mask_BR = region_mask(batch, boxes_BR4)
+        mask_BR = region_mask(batch, boxes_BR4, f"{p}region_mask")
         x_BRD = self.embed(feats_BRF, boxes_BR4, mask_BR)
         return ModalityTokens(self.add_type(x_BRD), mask_BR)
 
@@ -132,11 +134,14 @@ class RegionEncoder(Encoder):
 class RoIRegionEncoder(Encoder):
     """Regions RoI-aligned from a timm CNN's feature map(s); reads ``pixels`` + ``region_boxes``.
 
-    With several ``out_indices`` each map is pooled and the channels are concatenated.
+    With several ``out_indices`` each map is pooled and the channels are concatenated. The
+    boxes come from its own view of the regions modality, the pixels from the ``image`` view.
     """
 
-    kind = "roi"
-    input_key = "region_boxes"
+    modality = "regions"
+    main_key = "region_boxes"
+    #: the image view whose pixels the boxes are pooled from
+    image_view = "image"
 
     @dataclass
     class Config:
@@ -147,6 +152,9 @@ class RoIRegionEncoder(Encoder):
         #: local weights file for the backbone (never downloaded)
         weights: str | None = None
         image_size: int = 64
+        #: input normalisation; None = what the timm model's pretrained config says
+        mean: list[float] | None = None
+        std: list[float] | None = None
         #: which backbone stages to pool (timm ``out_indices``); default the last
         out_indices: list[int] = field(default_factory=lambda: [-1])
         #: roi_align output grid (o×o bins), averaged into one vector per region
@@ -156,8 +164,8 @@ class RoIRegionEncoder(Encoder):
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
-        super().__init__(width)
+    def __init__(self, cfg: Config, *, width: int, name: str = "regions", **_: object) -> None:
+        super().__init__(width, name)
         self.cfg = cfg
         if not cfg.out_indices:
             raise ValueError("roi_regions.out_indices must name at least one backbone stage")
@@ -181,7 +189,11 @@ class RoIRegionEncoder(Encoder):
         return self.embed.feature_dim
 
     def has_input(self, batch: dict) -> bool:
-        return "region_boxes" in batch and "pixels" in batch
+        return self.input_key in batch and "pixels" in batch
+
+    def data_needs(self) -> dict[str, Need]:
+        facts = input_facts(self.backbone, self.cfg.image_size, self.cfg.mean, self.cfg.std)
+        return {self.view: Need(self.modality), self.image_view: Need("image", facts)}
 
     def pool_regions(
         self, pixels_B3HW: torch.Tensor, boxes_BR4: torch.Tensor, mask_BR: torch.Tensor
@@ -206,17 +218,18 @@ class RoIRegionEncoder(Encoder):
         return torch.cat(pooled, dim=-1)
 
     def forward(self, batch: dict) -> ModalityTokens:
-        pixels_B3HW, boxes_BR4 = batch["pixels"], batch["region_boxes"]
+        p = self.prefix
+        pixels_B3HW, boxes_BR4 = batch["pixels"], batch[f"{p}region_boxes"]
         if pixels_B3HW.shape[-1] != self.cfg.image_size or pixels_B3HW.shape[-2] != (
             self.cfg.image_size
         ):
             raise ValueError(
-                f"pixels are {tuple(pixels_B3HW.shape[-2:])}, encoder expects image_size="
-                f"{self.cfg.image_size} (data.image_size and the encoder must agree)"
+                f"pixels are {tuple(pixels_B3HW.shape[-2:])}, encoder {self.view!r} expects "
+                f"image_size={self.cfg.image_size}"
             )
         if boxes_BR4.ndim != 3 or boxes_BR4.shape[-1] != 4:
-            raise ValueError(f"region_boxes must be [B,R,4], got {tuple(boxes_BR4.shape)}")
-        mask_BR = region_mask(batch, boxes_BR4)
+            raise ValueError(f"{p}region_boxes must be [B,R,4], got {tuple(boxes_BR4.shape)}")
+        mask_BR = region_mask(batch, boxes_BR4, f"{p}region_mask")
         feats_BRC = self.pool_regions(pixels_B3HW, boxes_BR4, mask_BR)
         x_BRD = self.embed(feats_BRC, boxes_BR4, mask_BR)
         return ModalityTokens(self.add_type(x_BRD), mask_BR)

@@ -4,8 +4,8 @@ Contextualisation happens in the fusion module, so one text encoder serves singl
 two-stream and dual models alike. Batch keys:
 ``input_ids [B,L]``, ``attention_mask [B,L]``, and optional ``position_ids``,
 ``segment_ids``, ``lang_ids`` (TLM restarts positions and mixes languages per token).
-A text encoder registered under another name than ``text`` (a second view, e.g. the other
-language of a parallel pair) reads the same keys prefixed with ``<name>_``.
+A text encoder named other than ``text`` (a second view, e.g. the other sentence of a
+parallel pair) reads the same keys prefixed with ``<name>_``.
 """
 
 from __future__ import annotations
@@ -19,16 +19,12 @@ from mmptm.encoders.base import Encoder, ModalityTokens, VocabInfo, init_weights
 from mmptm.registry import ENCODERS
 
 
-def text_key_prefix(modality: str) -> str:
-    """Batch-key prefix of a text modality: none for ``text``, ``<name>_`` otherwise."""
-    return "" if modality == "text" else f"{modality}_"
-
-
 @ENCODERS.register("text")
 class TextEncoder(Encoder):
     """Embeds token ids at the fusion width; owns the word embeddings MLM heads tie to."""
 
-    kind = "text"
+    modality = "text"
+    main_key = "input_ids"
 
     @dataclass
     class Config:
@@ -56,10 +52,8 @@ class TextEncoder(Encoder):
         built: dict[str, nn.Module] | None = None,
         **_: object,
     ) -> None:
-        super().__init__(width)
+        super().__init__(width, name)
         self.cfg = cfg
-        self.prefix = text_key_prefix(name)
-        self.input_key = f"{self.prefix}input_ids"
         if cfg.tie_to:
             source = (built or {}).get(cfg.tie_to)
             if not isinstance(source, TextEncoder):

@@ -8,7 +8,7 @@ import torch
 
 from mmptm.batch import move_to
 from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained, modality_kinds
+from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.models.run import RunConfig
 from mmptm.objectives.classification import Classification
@@ -21,7 +21,7 @@ def accuracy(model: PretrainModel, cfg: RunConfig, tokenizer, shards: str, devic
     if not heads:
         raise ValueError("the model has no classification objective (a fine-tuned task head)")
     stream = stream_config(
-        cfg.data, tokenizer, split="test", shards=shards, needs=modality_kinds(model), seed=cfg.seed
+        cfg.data, tokenizer, split="test", shards=shards, needs=model.data_needs(), seed=cfg.seed
     )
     right = total = 0
     for batch in single_pass(stream):

@@ -1,31 +1,73 @@
 """Image↔text retrieval: R@1/5/10 in both directions over the pairs of a split.
 
-Sample i's image and caption are the ground-truth pair. Dual encoders score by the dot
-product of the contrastive embeddings; models with both heads re-rank the top-k of that
-first stage with ITM; fusion models with ITM alone score every pair (quadratic, so capped
-by ``max_items``). The image side is pixels and/or region features.
-Legend: I images, T texts (I == T == N here), E embedding width.
+Sample i's item (image, regions, or any modality an encoder reads) and caption are the
+ground-truth pair. The two sides come from the model: a contrastive head's two modalities,
+or, for a fusion model with ITM alone, the encoders whose inputs ITM swaps (the items)
+against the rest (the queries). Dual encoders score by the dot product of the contrastive
+embeddings; models with both heads re-rank the top-k of that first stage with ITM; fusion
+models with ITM alone score every pair (quadratic, so capped by ``max_items``).
+Legend: I items, T texts (I == T == N here), E embedding width.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from mmptm.batch import move_to
-from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained, modality_kinds
+from mmptm.batch import END, KEY, move_to
+from mmptm.data.pipeline import StreamConfig, single_pass, stream_config
+from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
 
 KS = (1, 5, 10)
-TEXT_KEYS = ("input_ids", "attention_mask", "segment_ids", "lang_ids", "position_ids")
-IMAGE_KEYS = (
-    "pixels", "region_feats", "region_boxes", "region_mask", "region_probs", "region_labels",
-)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Sides:
+    """What retrieval ranks: items against queries, and the batch keys of each side."""
+
+    item_keys: tuple[str, ...]
+    query_keys: tuple[str, ...]
+    #: the contrastive head's names of the two sides ("" without a contrastive head)
+    items: str = ""
+    queries: str = ""
+
+
+def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
+    """The item and query sides of ``model``, with the keys ``stream`` gives each."""
+    heads = list(model.objectives.values())
+    contrastive = next((o for o in heads if isinstance(o, Contrastive)), None)
+    itm = next((o for o in heads if isinstance(o, ImageTextMatching)), None)
+    if contrastive is None and itm is None:
+        raise ValueError("retrieval needs a contrastive or an itm objective in the model")
+
+    def keys(encoders: Iterable[str]) -> tuple[str, ...]:
+        views = [v for e in encoders for v in model.encoders[e].data_needs()]
+        return tuple(dict.fromkeys(k for v in views for k in stream.view_keys(v)))
+
+    if contrastive is not None:
+        a, b = contrastive.cfg.modalities
+        if a == b:
+            raise ValueError(f"contrastive.modalities [{a}, {b}]: retrieval needs two encoders")
+        return Sides(keys([a]), keys([b]), a, b)
+    assert itm is not None
+    swapped = [
+        e
+        for e in model.encoders
+        if any(fnmatch.fnmatchcase(k, pat) for k in keys([e]) for pat in itm.cfg.swap_keys)
+    ]
+    rest = [e for e in model.encoders if e not in swapped]
+    if not swapped or not rest:
+        raise ValueError(
+            f"itm.swap_keys {itm.cfg.swap_keys} must match the inputs of some encoders, not all"
+        )
+    return Sides(keys(swapped), keys(rest))
 
 
 def recall_at_k(
@@ -49,40 +91,7 @@ def recall_at_k(
     return out
 
 
-def _collect(batches: Iterable[dict[str, Any]], max_items: int) -> dict[str, Any]:
-    """Concatenate eval batches (text padded to the longest overall) up to max_items."""
-    parts: list[dict[str, Any]] = []
-    n = 0
-    for b in batches:
-        if "__end__" in b:
-            continue
-        parts.append(b)
-        n += len(b["__key__"])
-        if n >= max_items:
-            break
-    if not parts:
-        raise ValueError("the evaluation split produced no samples")
-    L = max(p["input_ids"].shape[1] for p in parts)
-    keys = [k for p in parts for k in p["__key__"]]
-    out: dict[str, Any] = {"__key__": keys[:max_items]}
-    R = max((p["region_mask"].shape[1] for p in parts if "region_mask" in p), default=0)
-    for key in (*IMAGE_KEYS, *TEXT_KEYS):
-        if key not in parts[0]:
-            continue
-        tensors = []
-        for p in parts:
-            t = p[key]
-            if key in TEXT_KEYS:  # pad text to the longest overall
-                t = torch.nn.functional.pad(t, (0, L - t.shape[1]))
-            elif key.startswith("region_"):  # pad regions along R (labels with -1)
-                pad = [0, 0] * (t.ndim - 2) + [0, R - t.shape[1]]
-                t = torch.nn.functional.pad(t, pad, value=-1 if key == "region_labels" else 0)
-            tensors.append(t)
-        out[key] = torch.cat(tensors)[:max_items]
-    return out
-
-
-def _side(data: dict[str, Any], keys: Sequence[str], idx: torch.Tensor) -> dict[str, Any]:
+def _take(data: dict[str, Any], keys: Sequence[str], idx: torch.Tensor) -> dict[str, Any]:
     return {k: data[k][idx] for k in keys if k in data}
 
 
@@ -91,17 +100,18 @@ def itm_scores(
     head: ImageTextMatching,
     model: PretrainModel,
     data: dict[str, Any],
+    sides: Sides,
     img_P: torch.Tensor,
     txt_P: torch.Tensor,
     device: torch.device,
     batch_size: int,
 ) -> torch.Tensor:
-    """ITM scores [P] of the pairs (image img_P[p], text txt_P[p])."""
+    """ITM scores [P] of the pairs (item img_P[p], text txt_P[p])."""
     out = []
     for s in range(0, len(img_P), batch_size):
         pair = {
-            **_side(data, IMAGE_KEYS, img_P[s : s + batch_size]),
-            **_side(data, TEXT_KEYS, txt_P[s : s + batch_size]),
+            **_take(data, sides.item_keys, img_P[s : s + batch_size]),
+            **_take(data, sides.query_keys, txt_P[s : s + batch_size]),
         }
         out.append(head.score(model.fuse(move_to(pair, device))).cpu())
     return torch.cat(out)
@@ -111,18 +121,19 @@ def itm_scores(
 def similarity(
     model: PretrainModel,
     data: dict[str, Any],
+    sides: Sides,
     device: torch.device,
     batch_size: int = 128,
     rerank_k: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Image×text scores [N,N] for image→text and for text→image retrieval.
+    """Item×text scores [N,N] for item→text and for text→item retrieval.
 
     Dual encoders: the dot product of the contrastive embeddings (both directions alike).
     With an ITM head and ``rerank_k``: the top-k of that cheap first stage, per query, are
     re-scored by ITM (ALBEF / UNITER style) and ranked above the rest. Without a contrastive
     head: ITM scores every pair (quadratic).
     """
-    n = len(data["__key__"])
+    n = len(data[KEY])
     heads = model.objectives.values()
     contrastive = next((o for o in heads if isinstance(o, Contrastive)), None)
     itm = next((o for o in heads if isinstance(o, ImageTextMatching)), None)
@@ -131,14 +142,16 @@ def similarity(
     if contrastive is None:
         img_P = torch.arange(n).repeat_interleave(n)
         txt_P = torch.arange(n).repeat(n)
-        full = itm_scores(itm, model, data, img_P, txt_P, device, batch_size).view(n, n)
+        full = itm_scores(itm, model, data, sides, img_P, txt_P, device, batch_size).view(n, n)
         return full, full
     img, txt = [], []
     for s in range(0, n, batch_size):
         idx = torch.arange(s, min(s + batch_size, n))
-        for keys, dest in ((IMAGE_KEYS, img), (TEXT_KEYS, txt)):
-            out = model.fuse(move_to(_side(data, keys, idx), device))
-            (side,) = [m for m in contrastive.cfg.modalities if m in out.hidden]
+        for keys, side, dest in (
+            (sides.item_keys, sides.items, img),
+            (sides.query_keys, sides.queries, txt),
+        ):
+            out = model.fuse(move_to(_take(data, keys, idx), device))
             dest.append(contrastive.embed(out, side))
     first = (torch.cat(img) @ torch.cat(txt).T).cpu()
     if itm is None or rerank_k <= 0:
@@ -152,7 +165,7 @@ def similarity(
         q_P = torch.arange(n).repeat_interleave(k)
         c_P = top_QK.flatten()
         img_P, txt_P = (q_P, c_P) if per_image else (c_P, q_P)
-        scores = itm_scores(itm, model, data, img_P, txt_P, device, batch_size)
+        scores = itm_scores(itm, model, data, sides, img_P, txt_P, device, batch_size)
         sim = first.clone()
         lift = first.max() - scores.min() + 1.0  # re-ranked candidates stay above the rest
         sim[img_P, txt_P] = scores + lift
@@ -165,28 +178,29 @@ def evaluate_retrieval(
     *,
     split: str = "test",
     shards: str | None = None,
-    language: str | None = None,
     max_items: int = 1000,
     batch_size: int = 128,
     rerank_k: int = 0,
     overrides: Sequence[str] = (),
     device: str = "cpu",
 ) -> dict[str, float]:
-    """R@1/5/10 (both directions) of a checkpoint on ``split`` (or explicit ``shards``)."""
+    """R@1/5/10 (both directions) of a checkpoint on ``split`` (or explicit ``shards``).
+
+    The first ``max_items`` samples, decoded as evaluation (the first caption language,
+    see ``data.modalities.text.caption_languages``), make one batch padded to its longest.
+    """
     model, tokenizer, cfg = load_pretrained(path, overrides)
     dev = torch.device(device)
     model.to(dev)
-    data_cfg = cfg.data
-    if language is not None:
-        data_cfg.caption_languages = [language]
-    else:
-        data_cfg.caption_languages = data_cfg.caption_languages[:1]
     stream = stream_config(
-        data_cfg, tokenizer, split=split, needs=modality_kinds(model), shards=shards, seed=cfg.seed
+        cfg.data, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
     )
-    stream.batch_size = batch_size
-    data = _collect(single_pass(stream), max_items)
-    sim_i2t, sim_t2i = similarity(model, data, dev, batch_size, rerank_k)
+    stream.batch_size = max_items
+    data = next(iter(single_pass(stream)))
+    if END in data:
+        raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
+    sides = retrieval_sides(model, stream)
+    sim_i2t, sim_t2i = similarity(model, data, sides, dev, batch_size, rerank_k)
     n = sim_i2t.shape[0]
     result = {"n": float(n), **recall_at_k(sim_i2t, sim_t2i_IT=sim_t2i)}
     result.update({f"chance_R@{k}": min(k / n, 1.0) for k in KS})

@@ -11,7 +11,7 @@ import torch
 
 from mmptm.batch import move_to
 from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained, modality_kinds
+from mmptm.models.load import load_pretrained
 from mmptm.objectives.vqa import VQAHead, soft_score, write_results
 
 
@@ -38,7 +38,7 @@ def evaluate_vqa(
         )
     model.to(device)
     stream = stream_config(
-        cfg.data, tokenizer, split=split, shards=shards, needs=modality_kinds(model), seed=cfg.seed
+        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(), seed=cfg.seed
     )
     predictions: dict[int, str] = {}
     scores: list[float] = []

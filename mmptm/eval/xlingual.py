@@ -11,16 +11,19 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from mmptm.batch import move_to
-from mmptm.data.decode import Collate
-from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
+from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.fusion.base import pool
+from mmptm.modalities.base import DataContext
+from mmptm.modalities.text import TextData
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
+from mmptm.models.run import RunConfig
 
 
 def read_pairs(shards: str, pivot: str, max_per_language: int) -> dict[str, list[tuple[str, str]]]:
@@ -44,33 +47,24 @@ def read_pairs(shards: str, pivot: str, max_per_language: int) -> dict[str, list
 @torch.no_grad()
 def embed(
     model: PretrainModel,
-    tokenizer,
+    text: TextData,
     texts: list[str],
     lang: str,
-    max_len: int,
     batch_size: int = 128,
 ) -> torch.Tensor:
     """Mean-pooled sentence vectors [N,D], each sentence encoded on its own."""
-
-    def lang_index(code: str) -> int:
-        return tokenizer.lang_index(code) if code in tokenizer.languages else 0
-
-    collate = Collate(tokenizer.pad_id, lang_index)
     out = []
     for s in range(0, len(texts), batch_size):
-        samples = [
-            {
-                "__key__": str(i),
-                "input_ids": tokenizer.build_inputs(tokenizer.encode(t), None, max_len)[0],
-                "lang": lang,
-            }
-            for i, t in enumerate(texts[s : s + batch_size])
-        ]
-        batch = move_to(collate(samples), next(model.parameters()).device)
-        batch.pop("__key__")
-        fused = model.fuse(batch)
+        batch = text.collate([text.encode(t, lang) for t in texts[s : s + batch_size]])
+        fused = model.fuse(move_to(batch, next(model.parameters()).device))
         out.append(pool(fused.hidden["text"], fused.mask["text"], "mean").float().cpu())
     return F.normalize(torch.cat(out), dim=-1)
+
+
+def text_plugin(cfg: RunConfig, tokenizer: Any) -> TextData:
+    """The run's text plug-in (its ``data.modalities.text`` settings), one view."""
+    settings = cfg.data.modalities.get("text") or TextData.Config()
+    return TextData(settings, views=["text"], context=DataContext(tokenizer=tokenizer))
 
 
 def evaluate_xlingual(
@@ -83,11 +77,12 @@ def evaluate_xlingual(
 ) -> dict[str, float]:
     """Retrieval accuracy per language (both directions averaged) and their mean."""
     model, tokenizer, cfg = load_pretrained(path, overrides)
+    text = text_plugin(cfg, tokenizer)
     pairs = read_pairs(shards, pivot, max_per_language)
     result = {}
     for lang, pp in sorted(pairs.items()):
-        src = embed(model, tokenizer, [p[1] for p in pp], lang, cfg.data.max_text_len)
-        tgt = embed(model, tokenizer, [p[0] for p in pp], pivot, cfg.data.max_text_len)
+        src = embed(model, text, [p[1] for p in pp], lang)
+        tgt = embed(model, text, [p[0] for p in pp], pivot)
         sim = src @ tgt.T
         gold = torch.arange(len(pp))
         x2p = (sim.argmax(1) == gold).float().mean().item()

@@ -1,4 +1,5 @@
-"""The typed output every fusion module returns."""
+"""What every fusion module is: the base class (data needs, ``forward(tokens, batch)``) and
+the typed output it returns."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens
+from mmptm.modalities.base import Need
 
 
 @dataclass
@@ -41,6 +45,24 @@ class FusionOutput:
             raise KeyError(f"no unimodal vector for {m!r} (have {sorted(self.encoded)})")
         t = self.encoded[m]
         return pool(t.tokens, t.mask, "mean")
+
+
+class Fusion(nn.Module):
+    """Base of the fusion modules (registered with ``FUSIONS``).
+
+    ``forward(tokens, batch)`` gets every encoder's ``ModalityTokens`` and the batch itself,
+    so a fusion layer can read extra keys it declared in :meth:`data_needs` (e.g. entity ids
+    aligned to the text tokens, from the text plug-in's ``spans``).
+    """
+
+    def data_needs(self) -> dict[str, Need]:
+        """Data this module reads besides the encoders' tokens (default: none)."""
+        return {}
+
+    def forward(
+        self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
+    ) -> FusionOutput:
+        raise NotImplementedError
 
 
 def pool(x_BND: torch.Tensor, mask_BN: torch.Tensor, how: str) -> torch.Tensor:

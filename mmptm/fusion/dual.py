@@ -11,14 +11,15 @@ from dataclasses import dataclass, field, replace
 
 from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
-from mmptm.fusion.base import FusionOutput, pool
+from mmptm.fusion.base import Fusion, FusionOutput, pool
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.registry import FUSIONS
 
 
 @FUSIONS.register("dual")
-class DualFusion(nn.Module):
+class DualFusion(Fusion):
     """Independent per-modality towers; ``pooled[m]`` per modality and no ``joint``."""
 
     @dataclass
@@ -57,7 +58,9 @@ class DualFusion(nn.Module):
         init_weights(self)
         self.tower_of = {m: cfg.tie_towers.get(m, m) for m in modalities}
 
-    def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+    def forward(
+        self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
+    ) -> FusionOutput:
         hidden, mask, pooled = {}, {}, {}
         for m, t in tokens.items():
             hidden[m] = self.towers[self.tower_of[m]](t.tokens, t.mask)

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
-from mmptm.fusion.base import FusionOutput, pool
+from mmptm.fusion.base import Fusion, FusionOutput, pool
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.registry import FUSIONS
 
 
 @FUSIONS.register("single_stream")
-class SingleStreamFusion(nn.Module):
+class SingleStreamFusion(Fusion):
     """One Transformer over the concatenated modalities; ``pooled["joint"]`` is the first token."""
 
     @dataclass
@@ -58,7 +59,9 @@ class SingleStreamFusion(nn.Module):
         self.pooler = nn.Sequential(nn.Linear(width, width), nn.Tanh()) if cfg.pooler else None
         init_weights(self)
 
-    def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+    def forward(
+        self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
+    ) -> FusionOutput:
         states = {
             m: ModalityTokens(self.towers[m](t.tokens, t.mask), t.mask) if m in self.towers else t
             for m, t in tokens.items()

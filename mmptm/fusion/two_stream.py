@@ -28,8 +28,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
-from mmptm.fusion.base import FusionOutput, pool
+from mmptm.fusion.base import Fusion, FusionOutput, pool
 from mmptm.layers import TransformerBlock, TransformerConfig
 from mmptm.registry import FUSIONS
 
@@ -70,7 +71,7 @@ class StreamJoin(nn.Module):
 
 
 @FUSIONS.register("two_stream")
-class TwoStreamFusion(nn.Module):
+class TwoStreamFusion(Fusion):
     """Per-modality streams joined by co-attention (ViLBERT) or cross-modality layers (LXMERT).
 
     ``hidden``/``pooled`` hold the language and vision modalities at width D;
@@ -279,7 +280,9 @@ class TwoStreamFusion(nn.Module):
                 l_BLW, v_BRV = layer(l_BLW, l_mask_BL, v_BRV, v_mask_BR)
         return self.lang_norm(l_BLW), self.vis_norm(v_BRV)
 
-    def forward(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+    def forward(
+        self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
+    ) -> FusionOutput:
         extra = [m for m in tokens if m not in self.streams]
         missing = [m for m in self.streams if m not in tokens]
         if extra or missing:

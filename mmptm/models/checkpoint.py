@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mmptm.config import apply_overrides, from_dict
-from mmptm.models.run import RunConfig
+from mmptm.models.run import RunConfig, upgrade
 
 CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
 CKPT_DIR = "checkpoints"
@@ -46,7 +46,7 @@ class Checkpoint:
 
     def run_config(self, overrides: Sequence[str] = ()) -> RunConfig:
         """The run's config, with ``key=value`` overrides applied."""
-        return from_dict(RunConfig, apply_overrides(self.config, overrides))
+        return from_dict(RunConfig, upgrade(apply_overrides(self.config, overrides)))
 
 
 def rng_state() -> dict[str, Any]:

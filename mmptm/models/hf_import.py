@@ -25,6 +25,7 @@ from mmptm.config import from_dict, save_config, to_dict
 from mmptm.data.pipeline import DataConfig
 from mmptm.data.tokenizer import Tokenizer
 from mmptm.encoders.base import VocabInfo
+from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
 from mmptm.models.pretrain import ModelConfig, PretrainModel
 from mmptm.models.run import RunConfig
@@ -296,9 +297,9 @@ def import_xlmr(
 
     tok_path = tokenizer.save(out_dir / "tokenizer.model").resolve()
     text_cfg = cfg.encoders["text"]
-    data = DataConfig(
-        tokenizer=str(tok_path), max_text_len=text_cfg.max_positions - text_cfg.position_offset
-    )
+    max_len = text_cfg.max_positions - text_cfg.position_offset
+    text_data = TextData.Config(max_len=max_len)
+    data = DataConfig(tokenizer=str(tok_path), modalities={"text": text_data})
     run = RunConfig(output_dir=str(out_dir.resolve()), data=data, model=cfg)
     model = PretrainModel(cfg, vocab)
     model.load_state_dict(mapped)  # strict: proves the checkpoint loads before writing it

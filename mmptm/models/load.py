@@ -31,12 +31,6 @@ def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
     return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
 
 
-def modality_kinds(model: PretrainModel) -> set[str]:
-    """What the data pipeline must decode: each encoder's kind, and every text view by name."""
-    kinds = {enc.kind for enc in model.encoders.values()}
-    return kinds | {name for name, enc in model.encoders.items() if enc.kind == "text"}
-
-
 def load_pretrained(
     path: str, overrides: Sequence[str] = ()
 ) -> tuple[PretrainModel, Tokenizer, RunConfig]:

@@ -19,6 +19,7 @@ from mmptm.batch import Batch, BatchTransform
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import Need, merge_needs
 from mmptm.objectives.base import ForObjectives, TaskSampler, trains
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
 
@@ -115,6 +116,13 @@ class PretrainModel(nn.Module):
                 objective.bind(self.objectives)
         self.weights = {name: c.weight for name, c in cfg.objectives.items()}
 
+    def data_needs(self) -> dict[str, Need]:
+        """Every view the model reads, merged from its encoders, fusion and objectives."""
+        declared = [(f"model.encoders.{n}", e.data_needs()) for n, e in self.encoders.items()]
+        declared.append(("model.fusion", self.fusion.data_needs()))
+        declared += [(f"model.objectives.{n}", o.data_needs()) for n, o in self.objectives.items()]
+        return merge_needs(declared)
+
     def fuse(self, batch: Batch) -> FusionOutput:
         """Encode every modality present in the batch and fuse them.
 
@@ -125,7 +133,7 @@ class PretrainModel(nn.Module):
         if not tokens:
             wanted = {m: enc.input_key for m, enc in self.encoders.items()}
             raise KeyError(f"the batch has no encoder input (wanted one of {wanted})")
-        out = self.fusion(tokens)
+        out = self.fusion(tokens, batch)
         out.encoded = tokens
         if out.repair is None:
             out.repair = lambda rows: self.fusion(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from mmptm.config import load_config
+from mmptm.config import ConfigError, apply_overrides, from_dict, load_yaml_tree
 from mmptm.data.pipeline import DataConfig
 from mmptm.models.pretrain import ModelConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,6 +69,49 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
+#: data keys of earlier versions → where they live now (the text plug-in's settings)
+MOVED = {
+    "max_text_len": ("text", "max_len"),
+    "caption_languages": ("text", "caption_languages"),
+    "restart_positions": ("text", "restart_positions"),
+}
+#: earlier image keys: now facts the image encoders declare (their image_size, mean, std)
+IMAGE_KEYS = {"image_size": "image_size", "image_mean": "mean", "image_std": "std"}
+_IMAGE_ENCODERS = ("timm_image", "roi_regions")
+
+
+def upgrade(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """A config tree (a recipe, or one saved in an older checkpoint) in today's keys.
+
+    ``data.max_text_len`` / ``caption_languages`` / ``restart_positions`` move to
+    ``data.modalities.text``; ``data.image_size`` / ``image_mean`` / ``image_std`` become
+    the image encoders' ``image_size`` / ``mean`` / ``std`` where those are unset.
+    """
+    tree = copy.deepcopy(dict(tree))
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return tree
+    old = [k for k in (*MOVED, *IMAGE_KEYS) if k in data]
+    if not old:
+        return tree
+    log.warning("config: data.%s moved (see README, Configs); read as before", ", data.".join(old))
+    for key, (modality, name) in MOVED.items():
+        if key in data:
+            modalities = data.setdefault("modalities", {})
+            modalities.setdefault(modality, {}).setdefault(name, data.pop(key))
+    image = {new: data.pop(key) for key, new in IMAGE_KEYS.items() if key in data}
+    encoders = (tree.get("model") or {}).get("encoders") or {}
+    for enc in encoders.values():
+        if isinstance(enc, dict) and enc.get("type") in _IMAGE_ENCODERS:
+            for name, value in image.items():
+                enc.setdefault(name, value)
+    return tree
+
+
 def load_run_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``."""
-    return load_config(path, overrides, schema=RunConfig)
+    tree = apply_overrides(load_yaml_tree(path), overrides)
+    try:
+        return from_dict(RunConfig, upgrade(tree))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

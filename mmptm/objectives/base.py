@@ -18,6 +18,7 @@ from torch import nn
 from mmptm.batch import TASK, Batch, BatchTransform, batch_source
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import Need
 
 
 class Objective(nn.Module):
@@ -27,6 +28,10 @@ class Objective(nn.Module):
     def data_transform(cls, cfg, vocab: VocabInfo) -> BatchTransform | None:
         """The objective's data side for this config, or None when it needs none."""
         return None
+
+    def data_needs(self) -> dict[str, Need]:
+        """Data this objective reads besides what the encoders read (targets; default none)."""
+        return {}
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         raise NotImplementedError

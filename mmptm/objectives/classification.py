@@ -15,6 +15,7 @@ from torch import nn
 from mmptm.batch import Batch
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
@@ -39,6 +40,9 @@ class Classification(Objective):
         self.cfg = cfg
         self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(width, cfg.num_labels))
         init_weights(self)
+
+    def data_needs(self) -> dict[str, Need]:
+        return {"label": Need("label")}
 
     def logits(self, out: FusionOutput) -> torch.Tensor:
         """Class logits [B,C]."""

@@ -17,8 +17,8 @@ from torch import nn
 
 from mmptm.batch import Batch
 from mmptm.encoders.base import VocabInfo, init_weights
-from mmptm.encoders.text import text_key_prefix
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import view_prefix
 from mmptm.objectives.base import Objective
 from mmptm.objectives.masking import select_positions
 from mmptm.registry import OBJECTIVES
@@ -144,7 +144,7 @@ class MaskedLM(Objective):
                 )
             word_starts = torch.tensor(sorted(vocab.word_starts), dtype=torch.long)
         return MaskTokens(
-            prefix=text_key_prefix(cfg.modality),
+            prefix=view_prefix("text", cfg.modality),
             mask_prob=cfg.mask_prob,
             p_mask=cfg.replace_with_mask,
             p_random=cfg.replace_with_random,
@@ -166,7 +166,7 @@ class MaskedLM(Objective):
             nn.Linear(width, width), nn.GELU(), nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         )
         self.bias = nn.Parameter(torch.zeros(vocab_size))
-        self.prefix = text_key_prefix(cfg.modality)
+        self.prefix = view_prefix("text", cfg.modality)
         init_weights(self.transform)
 
     def logits(self, h_MD: torch.Tensor) -> torch.Tensor:

@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
-from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
+from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
@@ -297,6 +298,9 @@ class VQAHead(Objective):
             nn.Linear(hidden, n),
         )
         init_weights(self)
+
+    def data_needs(self) -> dict[str, Need]:
+        return {"answers": Need("answers")}
 
     def logits(self, out: FusionOutput) -> torch.Tensor:
         """Answer logits [B,A]."""

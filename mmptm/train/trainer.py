@@ -31,7 +31,7 @@ from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
-from mmptm.models.load import build_model, init_from, load_init, modality_kinds
+from mmptm.models.load import build_model, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.train.optim import build_optimizer, freeze
@@ -123,7 +123,7 @@ class Trainer:
         self.stream = stream_config(
             cfg.data,
             self.tokenizer,
-            needs=modality_kinds(self.model),
+            needs=self.model.data_needs(),
             transforms=data_transforms(cfg.model, vocab),
             seed=cfg.seed,
             rank=self.dist.rank,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import json
@@ -14,14 +15,16 @@ import torch
 from PIL import Image
 
 from mmptm.config import from_dict
+from mmptm.data.decode import Collate
 from mmptm.data.pipeline import (
-    Collate,
     DataConfig,
     DataState,
     Loader,
     ShardStream,
+    SourceConfig,
     batched,
     expand_shards,
+    mixture,
     shard_order,
     shuffle_buffer,
     split_round_robin,
@@ -29,6 +32,8 @@ from mmptm.data.pipeline import (
 )
 from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
+from mmptm.modalities import DataContext, Need
+from mmptm.modalities.text import TextData
 from mmptm.models.pretrain import ModelConfig, data_transforms
 
 
@@ -54,11 +59,16 @@ def _write(path_pattern: Path, samples: list[dict], per_shard: int) -> list[str]
     return list(w.shards)
 
 
+#: what an image encoder of input size 16 and a text encoder declare
+NEEDS = {
+    "image": Need("image", {"size": 16, "mean": [0.5] * 3, "std": [0.5] * 3}),
+    "text": Need("text"),
+}
+
+
 def _stream(urls, tokenizer, **kw):
-    cfg = DataConfig(train=",".join(urls), batch_size=kw.pop("batch_size", 4), image_size=16)
-    sc = stream_config(
-        cfg, tokenizer, split="train", needs=("image", "text"), seed=kw.pop("seed", 0)
-    )
+    cfg = DataConfig(train=",".join(urls), batch_size=kw.pop("batch_size", 4))
+    sc = stream_config(cfg, tokenizer, split="train", needs=NEEDS, seed=kw.pop("seed", 0))
     return replace(sc, **kw)
 
 
@@ -126,7 +136,9 @@ def test_collate_pads_to_longest_in_batch():
         {"__key__": "a", "input_ids": [2, 7, 8, 3], "lang": "de"},
         {"__key__": "b", "input_ids": [2, 9, 3], "lang": "en"},
     ]
-    b = Collate(pad_id=0, lang_index={"en": 0, "de": 1}.__getitem__)(samples)
+    tok = type("Tok", (), {"pad_id": 0, "languages": ["en", "de"]})()
+    text = TextData(TextData.Config(), views=["text"], context=DataContext(tokenizer=tok))
+    b = Collate([text])(samples)
     assert b["input_ids"].tolist() == [[2, 7, 8, 3], [2, 9, 3, 0]]
     assert b["attention_mask"].tolist() == [[True] * 4, [True, True, True, False]]
     assert b["lang_ids"].tolist() == [[1] * 4, [0] * 4]
@@ -263,9 +275,56 @@ def test_reads_plain_img2dataset_shards(tmp_path, tiny_tokenizer):
     loader = Loader(sc, 0)
     (batch,) = list(loader._epoch_batches())
     assert loader.skipped == 0
-    assert batch["pixels"].shape == (3, 3, 16, 16)  # resized to data.image_size
+    assert batch["pixels"].shape == (3, 3, 16, 16)  # resized to the size the encoder declared
     expected = tiny_tokenizer.build_inputs(tiny_tokenizer.encode("a green square"), None, 40)[0]
     assert batch["input_ids"][0].tolist() == expected
     # The decoded colour survives: green channel above red and blue after normalisation.
     mean_rgb = batch["pixels"][0].mean(dim=(1, 2))
     assert mean_rgb[1] > mean_rgb[0] and mean_rgb[1] > mean_rgb[2]
+
+
+# -- mixtures of sources ----------------------------------------------------------------------
+
+
+def _mono_shards(root, sizes: dict[str, int]) -> str:
+    for lang, n in sizes.items():
+        with ShardWriter(str(root / f"train-{lang}-%06d.tar"), 1000) as w:
+            for i in range(n):
+                w.write({"__key__": f"{lang}{i}", "txt": f"{lang} {i}", "json": {"language": lang}})
+    return str(root / "train-{lang}-*.tar")
+
+
+def test_alpha_sampling_probabilities(tmp_path):
+    sizes = {"en": 800, "de": 150, "fr": 50}
+    spec = _mono_shards(tmp_path, sizes)
+    sources = {
+        "mono": SourceConfig(shards=spec, weight=3.0, languages=list(sizes), alpha=0.5),
+        "other": SourceConfig(shards=str(tmp_path / "train-fr-*.tar"), weight=1.0),
+    }
+    probs = {s.name: s.prob for s in mixture(sources)}
+    # Independent: q_l = (n_l / N)^alpha, normalised, times the source's share 3/4.
+    q = {lang: (n / 1000) ** 0.5 for lang, n in sizes.items()}
+    for lang in sizes:
+        assert probs[f"mono/{lang}"] == pytest.approx(0.75 * q[lang] / sum(q.values()))
+    assert probs["other"] == pytest.approx(0.25)
+    with pytest.raises(ValueError, match=r"\{lang\} placeholder"):
+        mixture({"x": SourceConfig(shards=str(tmp_path / "train-en-*.tar"), languages=["en"])})
+
+
+def test_mixture_draws_whole_batches_from_one_source_by_probability(tmp_path, tiny_tokenizer):
+    spec = _mono_shards(tmp_path, {"en": 300, "de": 300})
+    cfg = DataConfig(
+        sources={"mono": SourceConfig(shards=spec, languages=["en", "de"], alpha=1.0)},
+        batch_size=4,
+    )
+    sc = stream_config(cfg, tiny_tokenizer, needs={"text": Need("text")})
+    counts = collections.Counter()
+    for _, batch in zip(range(400), ShardStream(sc, epoch=0)):
+        langs = {k.rstrip("0123456789") for k in batch["__key__"]}
+        assert len(langs) == 1  # one language per batch, as XLM samples them
+        assert batch["__source__"] == f"mono/{langs.pop()}"
+        counts[batch["__source__"]] += 1
+    assert counts["mono/en"] / 400 == pytest.approx(0.5, abs=0.08)  # endless: 1600 > 600 samples
+    again = [b["__key__"] for _, b in zip(range(20), ShardStream(sc, epoch=0))]
+    first = [b["__key__"] for _, b in zip(range(20), ShardStream(replace(sc), epoch=0))]
+    assert again == first  # seeded

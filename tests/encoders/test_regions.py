@@ -56,8 +56,8 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.n
 def test_registered() -> None:
     assert ENCODERS.get("regions") is RegionEncoder
     assert ENCODERS.get("roi_regions") is RoIRegionEncoder
-    assert RegionEncoder.kind == "regions" and RegionEncoder.input_key == "region_feats"
-    assert RoIRegionEncoder.kind == "roi" and RoIRegionEncoder.input_key == "region_boxes"
+    assert RegionEncoder.modality == "regions" and RegionEncoder.main_key == "region_feats"
+    assert RoIRegionEncoder.modality == "regions" and RoIRegionEncoder.main_key == "region_boxes"
 
 
 def test_box_geometry_matches_hand_computation() -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import ROOT, tiny_overrides
 
-from mmptm.eval.retrieval import evaluate_retrieval, recall_at_k, similarity
+from mmptm.eval.retrieval import Sides, evaluate_retrieval, recall_at_k, similarity
 from mmptm.models.run import load_run_config
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
@@ -103,12 +103,13 @@ def test_itm_reranking_of_a_first_stage():
         "pixels": torch.arange(n).float().view(n, 1, 1, 1).expand(n, 3, 2, 2).clone(),
         "input_ids": torch.arange(n).view(n, 1),
     }
-    first_i2t, first_t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4)
+    sides = Sides(("pixels",), ("input_ids",), "image", "text")
+    first_i2t, first_t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4)
     plain = recall_at_k(first_i2t, sim_t2i_IT=first_t2i)
     assert plain["i2t_R@1"] == 0.0 and plain["t2i_R@1"] == 0.0  # true pairs rank 2nd
     assert plain["i2t_R@5"] == 1.0
-    i2t, t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4, rerank_k=2)
+    i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, rerank_k=2)
     reranked = recall_at_k(i2t, sim_t2i_IT=t2i)
     assert reranked["i2t_R@1"] == 1.0 and reranked["t2i_R@1"] == 1.0
-    i2t, t2i = similarity(_Stub(), data, torch.device("cpu"), batch_size=4, rerank_k=1)
+    i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, rerank_k=1)
     assert recall_at_k(i2t, sim_t2i_IT=t2i)["i2t_R@1"] == 0.0  # the truth was not in the top 1

@@ -8,7 +8,7 @@ from conftest import ROOT, tiny_overrides
 
 from mmptm.data.pipeline import Loader, stream_config
 from mmptm.encoders.base import VocabInfo
-from mmptm.models.load import build_model, modality_kinds
+from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import load_run_config
 
@@ -33,7 +33,7 @@ def test_tiny_recipe_forward_backward_reaches_every_parameter(recipe, tiny_world
     stream = stream_config(
         cfg.data,
         tok,
-        needs=modality_kinds(model),
+        needs=model.data_needs(),
         transforms=data_transforms(cfg.model, VocabInfo.from_tokenizer(tok)),
     )
     # One batch of every source of a mixture (e.g. monolingual MLM and parallel TLM) and of

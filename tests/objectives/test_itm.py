@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from mmptm.data.decode import ConcatPair
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.text import PackPairs
 from mmptm.objectives.itm import ImageTextMatching, SwapNegatives, sample_negatives
 from mmptm.objectives.mlm import MaskTokens
 
@@ -92,7 +92,7 @@ def test_prob_negative_is_validated() -> None:
 
 
 def test_negatives_run_before_pair_joining_and_masking() -> None:
-    assert SwapNegatives.data_priority < ConcatPair.data_priority < MaskTokens.data_priority
+    assert SwapNegatives.data_priority < PackPairs.data_priority < MaskTokens.data_priority
 
 
 def _out(pooled: dict[str, torch.Tensor]) -> FusionOutput:

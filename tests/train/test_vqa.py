@@ -53,7 +53,7 @@ def test_vqa_fine_tuning_from_a_uniter_checkpoint(tiny_world, tmp_path):
     assert all(set(p) == {"question_id", "answer"} and p["answer"] in vocab for p in predictions)
     # The reported accuracy is the official soft score of those predictions (recomputed here
     # from the shards' raw answers).
-    from mmptm.data.pipeline import SkipCounter, expand_shards, tar_samples
+    from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 
     truth, kind = {}, {}
     for s in tar_samples(expand_shards(f"{tiny_world}/vqa/test-*.tar"), SkipCounter()):

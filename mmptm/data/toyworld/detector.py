@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from mmptm.data.converters_vl import regions_npz_bytes
 from mmptm.data.toyworld.scene import SHAPES, Scene, _jpegs, object_box
+from mmptm.modalities.regions import regions_npz_bytes
 
 DETECTOR_SEED = 0  # one fixed "detector" for every data seed, as in practice
 DETECTOR_FEATURES = 64

@@ -1,0 +1,131 @@
+"""The regions plug-in: a ``regions.npz`` member (detector boxes and features) → padded tensors.
+
+``regions.npz`` holds ``features`` float32 [R,F], ``boxes`` float32 [R,4] (x1, y1, x2, y2
+normalised to [0, 1]), ``image_size`` int32 [2] (w, h), and optionally ``probs`` float32
+[R,C] (the detector's class distribution) and ``labels`` int64 [R]. This module owns the
+format: :func:`regions_npz_bytes` writes it (converters, toyworld), the plug-in reads it.
+Batches get ``region_feats [B,R,F]``, ``region_boxes [B,R,4]``, ``region_mask [B,R]`` (True =
+real), ``region_probs`` and ``region_labels`` (-1 for padding), padded to the most regions
+in the batch.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from mmptm.modalities.base import Modality, Sample
+from mmptm.registry import MODALITIES
+
+MEMBER = "regions.npz"
+REGION_ARRAYS = ("features", "boxes", "image_size", "probs", "labels")  # npz member order
+# Any fixed date >= 1980 works; numpy's own savez stamps the current time
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+# batch key → (npz array, dtype, padding value)
+_BATCH = {
+    "region_feats": ("features", torch.float32, 0.0),
+    "region_boxes": ("boxes", torch.float32, 0.0),
+    "region_probs": ("probs", torch.float32, 0.0),
+    "region_labels": ("labels", torch.int64, -1),
+}
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def regions_npz_bytes(record: Mapping[str, Any]) -> bytes:
+    """The ``regions.npz`` member of a sample: deterministic bytes that ``np.load`` reads.
+
+    ``record`` holds ``features`` [R,F], ``boxes`` [R,4] (normalised), ``image_size`` (w, h)
+    and optionally ``probs`` [R,C] and ``labels`` [R]; None or missing optional arrays are
+    left out. Arrays are cast to the contract's dtypes and shapes are checked.
+    """
+    features = np.asarray(record["features"], dtype=np.float32)
+    if features.ndim != 2 or len(features) == 0:
+        raise ValueError(f"region features must be [R,F] with R >= 1, got {features.shape}")
+    r = len(features)
+    arrays: dict[str, np.ndarray] = {
+        "features": features,
+        "boxes": np.asarray(record["boxes"], dtype=np.float32),
+        "image_size": np.asarray(record["image_size"], dtype=np.int32),
+    }
+    if record.get("probs") is not None:
+        arrays["probs"] = np.asarray(record["probs"], dtype=np.float32)
+    if record.get("labels") is not None:
+        arrays["labels"] = np.asarray(record["labels"], dtype=np.int64)
+    expected = {"boxes": (r, 4), "image_size": (2,), "labels": (r,)}
+    for name, array in arrays.items():
+        shape = expected.get(name)
+        if name == "probs":
+            shape = (r, array.shape[-1]) if array.ndim == 2 else None
+        if shape is not None and array.shape != shape:
+            raise ValueError(f"regions: {name} has shape {array.shape}, expected {shape}")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name in REGION_ARRAYS:
+            if name in arrays:
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=_ZIP_DATE)
+                info.create_system = 3  # the default depends on the OS writing the file
+                info.external_attr = 0o644 << 16
+                zf.writestr(info, _npy_bytes(arrays[name]))
+    return buf.getvalue()
+
+
+def load_regions(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of a ``regions.npz`` member."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+@MODALITIES.register("regions")
+class RegionData(Modality):
+    """Detector regions of an image: features, boxes, and the detector's class outputs."""
+
+    members: ClassVar[tuple[str, ...]] = (MEMBER,)
+    keys: ClassVar[tuple[str, ...]] = (*_BATCH, "region_mask")
+
+    @dataclass
+    class Config:
+        type: str = "regions"
+
+    def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
+        if MEMBER not in sample:
+            raise ValueError(f"no {MEMBER} member; has {sorted(sample)}")
+        arrays = load_regions(sample[MEMBER])
+        for key in ("features", "boxes"):
+            if key not in arrays:
+                raise ValueError(f"{MEMBER} lacks {key!r} (has {sorted(arrays)})")
+        feats, boxes = arrays["features"], arrays["boxes"]
+        if feats.ndim != 2 or boxes.shape != (feats.shape[0], 4):
+            raise ValueError(f"{MEMBER}: features {feats.shape} / boxes {boxes.shape} mismatch")
+        p = self.prefix(self.views[0])
+        return {
+            p + key: torch.from_numpy(arrays[name]).to(dtype)
+            for key, (name, dtype, _) in _BATCH.items()
+            if name in arrays
+        }
+
+    def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        p = self.prefix(self.views[0])
+        counts = [len(s[p + "region_boxes"]) for s in samples]
+        B, R = len(samples), max(counts)
+        out = {p + "region_mask": torch.arange(R)[None, :] < torch.tensor(counts)[:, None]}
+        for key, (_, dtype, fill) in _BATCH.items():
+            if p + key not in samples[0]:
+                continue
+            first = samples[0][p + key]
+            t = torch.full((B, R, *first.shape[1:]), fill, dtype=dtype)
+            for i, s in enumerate(samples):
+                t[i, : counts[i]] = s[p + key]
+            out[p + key] = t
+        return out

@@ -1,0 +1,368 @@
+"""The text plug-in: sentences from a sample's ``txt``/``json``, tokenised, padded, paired.
+
+A sample gives one or two **segments** depending on its format (read from its ``json``):
+
+    image-text (img2dataset, toyworld)   json.captions[lang] or txt   → one
+    monolingual text                     txt + json.language          → one
+    parallel pair                        json.languages + json.texts  → two
+    NLI pair                             json.premise / hypothesis    → two
+    VQA question                         json.question                → one
+
+The first segment fills the ``text`` view (``input_ids``, ``attention_mask``, ``segment_ids``,
+``lang_ids``), the second the second view (``text2_input_ids`` ...). Models with an encoder
+for the second view read them apart; the others get them packed by :class:`PackPairs`:
+joined into one sequence (XLM's TLM layout, BERT's pair layout) or, for sources with
+``pairs: stack``, stacked as separate rows (sentence-level contrastive).
+
+**Annotations as character spans** (``Config.spans``: batch name → json field) become
+per-token keys: ``<name>_ids [B,L]`` holds a span's value (an integer id, e.g. an entity) at
+the first piece of the span and -1 elsewhere, ``<name>_mask [B,L]`` is True on every piece
+inside a span. The field mirrors the text it annotates: a list of ``[start, end, id]``
+(characters, end exclusive) for ``txt`` / ``question``; ``{lang: [...]}`` for
+``captions``; ``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
+"hypothesis": [...]}`` for NLI. Joining and stacking pairs keeps every per-token key.
+Legend: B batch, L tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from mmptm.batch import KEY, PAIRS, Batch, batch_source
+from mmptm.modalities.base import DataContext, Modality, Sample, view_prefix
+from mmptm.registry import MODALITIES
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One sentence of a sample, its language and where in the ``json`` it came from."""
+
+    text: str
+    lang: str
+    #: the json path of the text: ("captions", lang), ("texts", i), ("premise",), ("txt",) ...
+    where: tuple[str | int, ...] = ("txt",)
+
+
+def segments(
+    sample: Sample,
+    meta: Mapping[str, Any],
+    caption_languages: Sequence[str],
+    rng: random.Random | None,
+) -> list[Segment]:
+    """The segments of a sample, by its format (see the module docstring).
+
+    With ``rng`` (training) a caption language is drawn per sample and a pair comes in a
+    random order (both directions, as XLM's TLM); without, the first caption language and
+    the stored order are used.
+    """
+    if "question" in meta:
+        return [Segment(meta["question"], meta.get("language", "en"), ("question",))]
+    if "premise" in meta and "hypothesis" in meta:
+        lang = meta.get("language", "")
+        return [
+            Segment(meta["premise"], lang, ("premise",)),
+            Segment(meta["hypothesis"], lang, ("hypothesis",)),
+        ]
+    if "texts" in meta:
+        texts, langs = meta["texts"], meta.get("languages") or ["", ""]
+        if len(texts) != 2 or len(langs) != 2:
+            raise ValueError(f"a parallel pair needs 2 texts and 2 languages, got {len(texts)}")
+        pair = [Segment(t, lang, ("texts", i)) for i, (t, lang) in enumerate(zip(texts, langs))]
+        if rng is not None and rng.random() < 0.5:
+            pair.reverse()
+        return pair
+    captions = meta.get("captions") or {}
+    langs = [lang for lang in caption_languages if captions.get(lang)]
+    if langs:
+        lang = rng.choice(langs) if rng is not None else langs[0]
+        return [Segment(captions[lang], lang, ("captions", lang))]
+    if "txt" in sample:
+        lang = meta.get("language") or (caption_languages[0] if caption_languages else "")
+        return [Segment(sample["txt"].decode("utf-8"), lang, ("txt",))]
+    raise ValueError(f"no text: no caption in {list(caption_languages)}, no pair, no txt member")
+
+
+def sample_texts(sample: Sample) -> Iterator[tuple[str, str]]:
+    """Every sentence a raw sample holds, with its language ("" when unknown), member by member.
+
+    What the tokenizer trains on: ``*txt`` members line by line, and in ``json`` every caption
+    language, both texts of a pair, NLI premise and hypothesis, VQA questions. A member that
+    is not valid UTF-8 / JSON raises ``ValueError``.
+    """
+    metas = {ext: json.loads(data.decode("utf-8")) for ext, data in _members(sample, "json")}
+    lang = next((m["language"] for m in metas.values() if _is_lang(m)), "")
+    for ext, data in _members(sample, "txt", "json"):
+        if ext in metas:
+            if isinstance(metas[ext], dict):
+                yield from _json_texts(metas[ext])
+        else:  # a txt member is in the language its sample's json names
+            yield from ((line, lang) for line in _lines(data.decode("utf-8")))
+
+
+def _members(sample: Sample, *kinds: str) -> Iterator[tuple[str, bytes]]:
+    """(extension, bytes) of the members whose last extension is one of ``kinds``."""
+    for ext, data in sample.items():
+        if not ext.startswith("__") and ext.rsplit(".", 1)[-1].lower() in kinds:
+            yield ext, data
+
+
+def _is_lang(meta: Any) -> bool:
+    return isinstance(meta, dict) and isinstance(meta.get("language"), str)
+
+
+def _json_texts(meta: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    captions = meta.get("captions")
+    if isinstance(captions, dict):
+        for lang, caption in captions.items():
+            for c in caption if isinstance(caption, list) else [caption]:
+                if isinstance(c, str):
+                    yield from ((line, lang) for line in _lines(c))
+    texts, langs = meta.get("texts"), meta.get("languages")
+    if isinstance(texts, list):
+        langs = langs if isinstance(langs, list) and len(langs) == len(texts) else [""] * 2
+        for t, lang in zip(texts, langs):
+            if isinstance(t, str):
+                yield from ((line, str(lang)) for line in _lines(t))
+    lang = meta.get("language") if isinstance(meta.get("language"), str) else ""
+    for key in ("premise", "hypothesis", "question"):
+        if isinstance(meta.get(key), str):
+            yield from ((line, lang) for line in _lines(meta[key]))
+
+
+def _lines(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            yield line
+
+
+@MODALITIES.register("text")
+class TextData(Modality):
+    """Tokenised sentences, one or two per sample (see the module docstring)."""
+
+    members: ClassVar[tuple[str, ...]] = ("txt", "json")
+    max_views: ClassVar[int] = 2
+
+    @dataclass
+    class Config:
+        type: str = "text"
+        #: tokens per sentence, [CLS] and [SEP] included (longer sentences lose their tail)
+        max_len: int = 40
+        #: caption languages (keys of ``json["captions"]``): one is drawn per sample and
+        #: epoch when training, the first available when evaluating; the ``txt`` member is
+        #: the fallback when a sample has none of them
+        caption_languages: list[str] = field(default_factory=lambda: ["en"])
+        #: a joined pair restarts positions at its second sentence (XLM's TLM)
+        restart_positions: bool = True
+        #: character-span annotations → per-token keys: batch name → json field, e.g.
+        #: {entity: entities} gives ``entity_ids`` and ``entity_mask``
+        spans: dict[str, str] = field(default_factory=dict)
+
+    def __init__(self, cfg: Config, *, views: Sequence[str], context: DataContext) -> None:
+        super().__init__(cfg, views=views, context=context)
+        tok = context.tokenizer
+        if tok is None:
+            raise ValueError("the text modality needs a tokenizer (data.tokenizer)")
+        if cfg.max_len < 3:
+            raise ValueError(f"data.modalities.text.max_len must be >= 3, got {cfg.max_len}")
+        for name in cfg.spans:
+            if not _NAME.fullmatch(name):
+                raise ValueError(f"data.modalities.text.spans: {name!r} is not a batch-key name")
+        self.tokenizer = tok
+        #: per-token keys and their padding value; "position_ids" appears once pairs are joined
+        self.fills: dict[str, int | bool] = {
+            "input_ids": tok.pad_id,
+            "attention_mask": False,
+            "segment_ids": 0,
+            "lang_ids": 0,
+        }
+        for name in cfg.spans:
+            self.fills.update({f"{name}_ids": -1, f"{name}_mask": False})
+        # Where a pair's sentences go: the two views the model reads, or (one view) the first
+        # and the default name of a second, which PackPairs then joins or stacks.
+        second = self.views[1] if len(self.views) == 2 else f"{self.name}2"
+        self.prefixes = [self.prefix(self.views[0]), view_prefix(self.name, second)]
+        stacked = sorted(s for s, how in context.pairs.items() if how == "stack")
+        if stacked and len(self.views) == 2:
+            raise ValueError(
+                f"data.sources {stacked} stack pairs into rows of one text view, but the model "
+                f"reads the second sentence apart (view {self.views[1]!r}): drop one of them"
+            )
+
+    @property
+    def keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (*self.fills, "position_ids")
+
+    def lang_index(self, lang: str) -> int:
+        languages = self.tokenizer.languages
+        return languages.index(lang) if lang in languages else 0
+
+    def encode(self, text: str, lang: str, spans: Mapping[str, Any] | None = None) -> Sample:
+        """One sentence as a sample part: ids with [CLS]/[SEP], its language, span keys."""
+        tok = self.tokenizer
+        if self.cfg.spans:
+            ids, offsets = tok.encode_with_offsets(text)
+        else:
+            ids, offsets = tok.encode(text), []
+        input_ids, _ = tok.build_inputs(ids, None, self.cfg.max_len)
+        out: Sample = {"input_ids": input_ids, "lang": lang}
+        if self.cfg.spans:
+            kept = [(0, 0), *offsets[: len(input_ids) - 2], (0, 0)]  # [CLS] ... [SEP]
+            for name in self.cfg.spans:
+                out[f"{name}_ids"], out[f"{name}_mask"] = _token_spans(
+                    (spans or {}).get(name) or [], kept, len(text), name
+                )
+        return out
+
+    def _spans(self, meta: Mapping[str, Any], seg: Segment) -> dict[str, Any]:
+        """The span annotations of one segment, found where its text was (module docstring)."""
+        found = {}
+        head = seg.where[0]
+        for name, fieldname in self.cfg.spans.items():
+            value: Any = meta.get(fieldname)
+            if value is None or head in ("txt", "question"):
+                found[name] = value
+                continue
+            if head == "texts":
+                ok = isinstance(value, list) and len(value) == 2
+                found[name] = value[int(seg.where[1])] if ok else None
+            else:  # captions by language, NLI by field name; a missing key: no annotation
+                ok = isinstance(value, dict)
+                at = seg.where[1] if head == "captions" else head
+                found[name] = value.get(at) if ok else None
+            if not ok:
+                raise ValueError(
+                    f"json {fieldname!r} does not mirror the text it annotates "
+                    f"({'/'.join(map(str, seg.where))})"
+                )
+        return found
+
+    def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
+        segs = segments(sample, meta, self.cfg.caption_languages, rng)
+        if len(self.views) == 2 and len(segs) < 2:
+            raise ValueError(f"the model reads a second text view ({self.views[1]}); sample has 1")
+        out: Sample = {}
+        for prefix, seg in zip(self.prefixes, segs):
+            item = self.encode(seg.text, seg.lang, self._spans(meta, seg))
+            out.update({prefix + k: v for k, v in item.items()})
+        return out
+
+    def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        batch: dict[str, Any] = {}
+        for p in self.prefixes:
+            if f"{p}input_ids" not in samples[0]:
+                continue
+            lengths = [len(s[f"{p}input_ids"]) for s in samples]
+            B, L = len(samples), max(lengths)
+            for key, fill in self.fills.items():
+                if key in ("attention_mask", "segment_ids", "lang_ids"):
+                    continue
+                t = torch.full((B, L), fill, dtype=torch.bool if fill is False else torch.long)
+                for i, s in enumerate(samples):
+                    t[i, : lengths[i]] = torch.tensor(s[f"{p}{key}"], dtype=t.dtype)
+                batch[f"{p}{key}"] = t
+            batch[f"{p}attention_mask"] = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+            batch[f"{p}segment_ids"] = torch.zeros(B, L, dtype=torch.long)
+            lang_B = torch.tensor([self.lang_index(s[f"{p}lang"]) for s in samples])
+            batch[f"{p}lang_ids"] = lang_B[:, None].expand(-1, L).contiguous()
+        return batch
+
+    def transforms(self) -> list[Any]:
+        if len(self.views) == 2:  # the model reads both sentences: nothing to pack
+            return []
+        stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
+        return [PackPairs(self.fills, self.prefixes[1], self.cfg.restart_positions, stack)]
+
+
+def _token_spans(
+    spans: Any, offsets: Sequence[tuple[int, int]], n_chars: int, name: str
+) -> tuple[list[int], list[bool]]:
+    """Per-token (value at a span's first piece else -1, inside-a-span mask) of one sentence."""
+    ids, inside = [-1] * len(offsets), [False] * len(offsets)
+    if not isinstance(spans, list):
+        raise ValueError(f"{name} spans must be a list of [start, end, id], got {spans!r}")
+    for span in spans:
+        ok = isinstance(span, (list, tuple)) and len(span) == 3
+        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
+            raise ValueError(f"{name} span {span!r} is not [start, end, id] of integers")
+        start, end, value = span
+        if not 0 <= start < end <= n_chars or value < 0:
+            raise ValueError(
+                f"{name} span {span!r} is outside the text ({n_chars} characters) or has a "
+                "negative id"
+            )
+        covered = [t for t, (a, b) in enumerate(offsets) if a < b and a < end and b > start]
+        for t in covered:  # a span cut off by truncation covers no piece: nothing to mark
+            inside[t] = True
+        if covered and ids[covered[0]] < 0:
+            ids[covered[0]] = value
+    return ids, inside
+
+
+@dataclass
+class PackPairs:
+    """Packs a pair's two sentences for a model with one text view (a transform, priority 15).
+
+    Joined (default): ``[CLS] a [SEP] b [SEP]`` (the second [CLS] dropped), segment ids
+    0 / 1, every other per-token key (language ids, span keys) carried along, positions
+    restarting at ``b`` with ``restart_positions`` (XLM's TLM) or continuing (BERT).
+    Batches of the sources in ``stack``: rows 0..B-1 hold the first sentences and rows
+    B..2B-1 their partners, each ``[CLS] x [SEP]`` encoded alone, and ``__pairs__`` is
+    "stacked" (what a contrastive objective over ``[text, text]`` aligns, as InfoXLM's XLCO).
+    Runs after negative sampling (which swaps whole second-sentence rows), before masking.
+    """
+
+    data_priority: ClassVar[int] = 15
+
+    #: per-token keys → padding value (``input_ids``: the pad id)
+    fills: dict[str, int | bool]
+    #: key prefix of the second sentence ("text2_")
+    second: str = "text2_"
+    restart_positions: bool = True
+    #: ``data.sources`` names whose pairs are stacked rather than joined
+    stack: frozenset[str] = frozenset()
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        if f"{self.second}input_ids" not in batch:
+            return batch
+        if batch_source(batch) in self.stack:
+            return self._stack(batch)
+        b = self.second
+        a_mask, b_mask = batch["attention_mask"], batch[f"{b}attention_mask"][:, 1:]
+        len_a_B, len_b_B = a_mask.sum(1), b_mask.sum(1)
+        B, L = a_mask.shape[0], int((len_a_B + len_b_B).max())
+        ra, ca = a_mask.nonzero(as_tuple=True)  # real positions of a: (row, column)
+        rb, cb = b_mask.nonzero(as_tuple=True)
+        cb_out = len_a_B[rb] + cb  # b starts right after a's last real token
+        for key, fill in self.fills.items():
+            a_BL, b_BM = batch[key], batch.pop(f"{b}{key}")[:, 1:]
+            out_BL = torch.full((B, L), fill, dtype=a_BL.dtype)
+            out_BL[ra, ca], out_BL[rb, cb_out] = a_BL[ra, ca], b_BM[rb, cb]
+            batch[key] = out_BL
+        batch["segment_ids"][rb, cb_out] = 1
+        pos_BL = torch.zeros(B, L, dtype=torch.long)
+        pos_BL[ra, ca] = ca
+        pos_BL[rb, cb_out] = cb + 1 if self.restart_positions else cb_out  # +1: b's [CLS] slot
+        batch["position_ids"] = pos_BL
+        return batch
+
+    def _stack(self, batch: Batch) -> Batch:
+        views = [{k: batch.pop(f"{p}{k}") for k in self.fills} for p in ("", self.second)]
+        L = max(v["input_ids"].shape[1] for v in views)
+        for key, fill in self.fills.items():
+            parts = [
+                torch.nn.functional.pad(v[key], (0, L - v[key].shape[1]), value=fill) for v in views
+            ]
+            batch[key] = torch.cat(parts)
+        batch[KEY] = list(batch[KEY]) * 2
+        batch[PAIRS] = "stacked"
+        return batch
