@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -69,3 +71,12 @@ ENCODERS: Registry[Any] = Registry("encoder")
 FUSIONS: Registry[Any] = Registry("fusion")
 OBJECTIVES: Registry[Any] = Registry("objective")
 MODALITIES: Registry[Any] = Registry("modality")
+
+
+def import_all(package: str, path: Iterable[str]) -> None:
+    """Import every module of a plug-point package, so that each registers its parts.
+
+    A new part is then one new file in the package's folder; nothing else names it.
+    """
+    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda i: i.name):
+        importlib.import_module(f"{package}.{info.name}")

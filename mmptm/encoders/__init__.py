@@ -1,6 +1,8 @@
 """Encoders: one registry, one contract (``ModalityTokens`` at the fusion width)."""
 
-from mmptm.encoders import image, regions, text  # noqa: F401  (registers the parts)
 from mmptm.encoders.base import Encoder, ModalityTokens, VocabInfo, init_weights
+from mmptm.registry import import_all
 
 __all__ = ["Encoder", "ModalityTokens", "VocabInfo", "init_weights"]
+
+import_all(__name__, __path__)  # every module registers its parts

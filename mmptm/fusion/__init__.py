@@ -1,6 +1,8 @@
 """Fusion modules: one registry; all return ``FusionOutput``."""
 
-from mmptm.fusion import dual, single_stream, two_stream  # noqa: F401  (registers the parts)
 from mmptm.fusion.base import Fusion, FusionOutput, pool
+from mmptm.registry import import_all
 
 __all__ = ["Fusion", "FusionOutput", "pool"]
+
+import_all(__name__, __path__)  # every module registers its parts

@@ -1,6 +1,5 @@
-"""Modality plug-ins: one registry; each turns shard members into batch tensors."""
+"""Modality plug-ins: one registry; each module here registers the plug-ins it defines."""
 
-from mmptm.modalities import image, labels, regions, text  # noqa: F401  (registers the plug-ins)
 from mmptm.modalities.base import (
     DataContext,
     Modality,
@@ -9,5 +8,8 @@ from mmptm.modalities.base import (
     merge_needs,
     view_prefix,
 )
+from mmptm.registry import import_all
 
 __all__ = ["DataContext", "Modality", "Need", "build_modalities", "merge_needs", "view_prefix"]
+
+import_all(__name__, __path__)  # every module registers its parts

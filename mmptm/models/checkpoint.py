@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.config import apply_overrides, from_dict
-from mmptm.models.run import RunConfig, upgrade
+from mmptm.config import apply_overrides
+from mmptm.models.run import RunConfig, run_config
 
 CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
 CKPT_DIR = "checkpoints"
@@ -46,7 +46,7 @@ class Checkpoint:
 
     def run_config(self, overrides: Sequence[str] = ()) -> RunConfig:
         """The run's config, with ``key=value`` overrides applied."""
-        return from_dict(RunConfig, upgrade(apply_overrides(self.config, overrides)))
+        return run_config(apply_overrides(self.config, overrides))
 
 
 def rng_state() -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class RunConfig:
 
     output_dir: str = "runs/default"
     seed: int = 0
+    #: Python modules imported before the config is validated: parts defined outside mmptm
+    #: (a modality plug-in, an encoder, ...) register themselves when imported
+    plugins: list[str] = field(default_factory=list)
     #: true = continue from the latest checkpoint in output_dir; a path = that checkpoint
     resume: bool | str = False
     #: start from this checkpoint (file or run directory): its encoders, fusion and tokenizer
@@ -108,10 +112,28 @@ def upgrade(tree: Mapping[str, Any]) -> dict[str, Any]:
     return tree
 
 
+def import_plugins(tree: Mapping[str, Any]) -> None:
+    """Import the modules a config tree's ``plugins`` names, so their parts are registered."""
+    plugins = tree.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(m, str) for m in plugins):
+        raise ConfigError(f"plugins: expected a list of module names, got {plugins!r}")
+    for name in plugins:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"plugins: cannot import {name!r} ({e})") from None
+
+
+def run_config(tree: Mapping[str, Any]) -> RunConfig:
+    """Validate a config tree (recipe or saved) into a ``RunConfig``: plugins, old keys."""
+    import_plugins(tree)
+    return from_dict(RunConfig, upgrade(tree))
+
+
 def load_run_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
     """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``."""
     tree = apply_overrides(load_yaml_tree(path), overrides)
     try:
-        return from_dict(RunConfig, upgrade(tree))
+        return run_config(tree)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None

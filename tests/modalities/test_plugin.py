@@ -192,3 +192,81 @@ def _raw(spec: str):
     from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 
     return tar_samples(expand_shards(spec), SkipCounter())
+
+
+PLUGIN_MODULE = '''
+"""An out-of-tree part: a scalar "heart rate" modality and its encoder."""
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from mmptm.encoders.base import Encoder, ModalityTokens
+from mmptm.modalities.base import Modality
+from mmptm.registry import ENCODERS, MODALITIES
+
+
+@MODALITIES.register("pulse")
+class PulseData(Modality):
+    members = ("pulse.txt",)
+    keys = ("pulse",)
+
+    @dataclass
+    class Config:
+        type: str = "pulse"
+
+    def decode(self, sample, meta, rng):
+        return {"pulse": float(sample["pulse.txt"])}
+
+    def collate(self, samples):
+        return {"pulse": torch.tensor([[s["pulse"]] for s in samples])}
+
+
+@ENCODERS.register("pulse_linear")
+class PulseEncoder(Encoder):
+    modality = "pulse"
+    main_key = "pulse"
+
+    @dataclass
+    class Config:
+        type: str = "pulse_linear"
+
+    def __init__(self, cfg, *, width, name="pulse", **_):
+        super().__init__(width, name)
+        self.proj = nn.Linear(1, width)
+
+    def forward(self, batch):
+        x = self.add_type(self.proj(batch["pulse"]))[:, None]
+        return ModalityTokens(x, torch.ones(x.shape[:2], dtype=torch.bool))
+'''
+
+
+def test_a_recipe_names_out_of_tree_parts_in_plugins(tiny_world, tmp_path, monkeypatch):
+    from mmptm.cli import main
+
+    (tmp_path / "pulse_plugin.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with ShardWriter(str(tmp_path / "train-%06d.tar"), 100) as w:
+        for i in range(16):
+            w.write({"__key__": f"k{i}", "pulse.txt": str(60 + i), "txt": "a red circle"})
+    recipe = {
+        **RECIPE,
+        "plugins": ["pulse_plugin"],
+        "data": {"batch_size": 4, "shuffle_buffer": 4},
+        "model": {
+            **RECIPE["model"],
+            "encoders": {"text": {"type": "text"}, "pulse": {"type": "pulse_linear"}},
+            "objectives": {"c": {"type": "contrastive", "modalities": ["pulse", "text"]}},
+        },
+    }
+    (tmp_path / "pulse.yaml").write_text(yaml.safe_dump(recipe))
+    run = tmp_path / "run"
+    over = [f"output_dir={run}", f"data.train={tmp_path}/train-*.tar",
+            f"data.tokenizer={tiny_world}/tokenizer.model", "train.max_steps=2"]  # fmt: skip
+    assert main(["pretrain", str(tmp_path / "pulse.yaml"), *over]) == 0
+    model, _, cfg = load_pretrained(str(run))
+    assert (
+        cfg.plugins == ["pulse_plugin"] and type(model.encoders["pulse"]).__name__ == "PulseEncoder"
+    )
+    bad = [*over, "plugins=[no_such_module]"]
+    assert main(["pretrain", str(tmp_path / "pulse.yaml"), *bad]) == 2  # one line, no traceback

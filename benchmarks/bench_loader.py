@@ -1,0 +1,84 @@
+"""Throughput of the training data loader alone (no model step): batches/s per recipe.
+
+Each recipe's loader is built as a training run builds it (the model's declared needs, the
+objectives' data sides) over toyworld, then timed over ``--batches`` batches, ``--rounds``
+times after a warm-up; the median is printed. Decoding runs in the main process with
+``--workers 0`` (the cost of the stages themselves), in loader workers otherwise.
+
+    mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es
+    mmptm tokenizer train --input '/tmp/tw/mono/train-*.tar' --out /tmp/tw/tokenizer \
+        --vocab-size 2000 --model-type bpe
+    .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from mmptm.data.pipeline import Loader, stream_config
+from mmptm.encoders.base import VocabInfo
+from mmptm.models.load import build_model
+from mmptm.models.pretrain import data_transforms
+from mmptm.models.run import load_run_config
+
+ROOT = Path(__file__).resolve().parents[1]
+VL = ("clip_tiny", "vilt_tiny", "visualbert_tiny", "uniter_tiny", "lxmert_tiny", "albef_tiny")
+
+
+def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
+    """Point a tiny recipe's toyworld paths at ``data``."""
+    over = [f"data.tokenizer={data}/tokenizer.model", f"data.num_workers={workers}"]
+    if recipe.startswith("xlm"):
+        return [
+            *over,
+            f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar",
+            f"data.sources.tlm.shards={data}/parallel/train-*.tar",
+        ]
+    view = "image_text" if recipe in ("clip_tiny", "vilt_tiny") else "regions"
+    return [*over, f"data.train={data}/{view}/train-*.tar"]
+
+
+def loader_rate(recipe: str, data: Path, workers: int, batches: int, rounds: int) -> list[float]:
+    """batches/s of ``rounds`` timed blocks of ``batches`` batches each."""
+    cfg = load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), recipe_overrides(
+        recipe, data, workers
+    ))  # fmt: skip
+    model, tok = build_model(cfg)
+    transforms = data_transforms(cfg.model, VocabInfo.from_tokenizer(tok))
+    stream = stream_config(cfg.data, tok, needs=model.data_needs(), transforms=transforms)
+    it = iter(Loader(stream, workers))
+    for _ in range(3):  # warm-up: workers start, the shuffle buffer fills
+        next(it)
+    rates = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(batches):
+            next(it)
+        rates.append(batches / (time.perf_counter() - t))
+    return rates
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, required=True, help="toyworld dir with tokenizer.model")
+    p.add_argument("--recipes", default=",".join((*VL, "xlm_tlm_tiny")))
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--batches", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    print(f"| recipe | batches/s (median of {args.rounds}) | rounds |")
+    print("|---|---|---|")
+    for recipe in args.recipes.split(","):
+        rates = loader_rate(recipe, args.data, args.workers, args.batches, args.rounds)
+        shown = ", ".join(f"{r:.1f}" for r in rates)
+        print(f"| {recipe} | {statistics.median(rates):.1f} | {shown} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
