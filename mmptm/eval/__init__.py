@@ -1,1 +1,1 @@
-"""Evaluation of pre-trained checkpoints (retrieval; later VQA, XNLI)."""
+"""Evaluation of trained runs: retrieval, classification (XNLI), VQA, cross-lingual retrieval."""

@@ -119,42 +119,40 @@ def merge_needs(declared: Iterable[tuple[str, Mapping[str, Need]]]) -> dict[str,
     mapping-valued facts (e.g. text ``spans``) are merged key by key.
     """
     merged: dict[str, Need] = {}
-    by: dict[tuple[str, str], str] = {}  # (view, fact) → who set it
+    setter: dict[tuple[str, str], str] = {}  # (view, fact; "" = the view itself) → declarer
     for who, needs in declared:
         for view, need in needs.items():
             have = merged.get(view)
-            if have is None:
-                merged[view] = Need(need.modality, dict(need.facts))
-                by.update({(view, k): who for k in need.facts})
-                continue
-            if have.modality != need.modality:
+            if have is not None and have.modality != need.modality:
                 raise ValueError(
                     f"{who} reads view {view!r} as {need.modality!r}, but "
-                    f"{by.get((view, ''), 'another part')} reads it as {have.modality!r}"
+                    f"{setter[(view, '')]} reads it as {have.modality!r}"
                 )
-            facts = dict(have.facts)
+            facts = dict(have.facts) if have is not None else {}
             for key, value in need.facts.items():
-                facts[key] = _agree(facts, key, value, f"{who}", by.get((view, key), ""), view)
-                by.setdefault((view, key), who)
-            merged[view] = Need(have.modality, facts)
-        for view in needs:
-            by.setdefault((view, ""), who)
+                if key in facts:
+                    facts[key] = _agree(
+                        facts[key], value, f"{view}.{key}", who, setter[(view, key)]
+                    )
+                else:
+                    facts[key] = value
+                    setter[(view, key)] = who
+            setter.setdefault((view, ""), who)
+            merged[view] = Need(need.modality, facts)
     return merged
 
 
-def _agree(facts: Mapping[str, Any], key: str, value: Any, who: str, other: str, view: str) -> Any:
-    if key not in facts:
-        return value
-    old = facts[key]
-    if isinstance(old, Mapping) and isinstance(value, Mapping):
-        for k in old.keys() & value.keys():
-            if old[k] != value[k]:
+def _agree(old: Any, new: Any, where: str, who: str, other: str) -> Any:
+    """The merged value of a fact two parts declare; an error naming both if they differ."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        for k in old.keys() & new.keys():
+            if old[k] != new[k]:
                 raise ValueError(
-                    f"{who} and {other} disagree on {view}.{key}.{k}: {value[k]!r} vs {old[k]!r}"
+                    f"{who} and {other} disagree on {where}.{k}: {new[k]!r} vs {old[k]!r}"
                 )
-        return {**old, **value}
-    if _plain(old) != _plain(value):
-        raise ValueError(f"{who} and {other} disagree on {view}.{key}: {value!r} vs {old!r}")
+        return {**old, **new}
+    if _plain(old) != _plain(new):
+        raise ValueError(f"{who} and {other} disagree on {where}: {new!r} vs {old!r}")
     return old
 
 
@@ -186,11 +184,15 @@ def build_modalities(
                 if key not in {f.name for f in dataclasses.fields(cls.Config)} or key == "type":
                     raise ConfigError(f"view {view!r} declares {where}, which is not a setting")
                 default = getattr(cls.Config(), key)
-                if isinstance(value, Mapping):
-                    tree[key] = {**(tree.get(key) or {}), **value}
-                elif _plain(tree.get(key, default)) not in (_plain(default), _plain(value)):
+                given = tree.get(key, default)
+                if isinstance(value, Mapping) and isinstance(given, Mapping):
+                    try:  # e.g. text spans: the recipe's and the model's, key by key
+                        tree[key] = _agree(given, value, where, f"view {view!r}", "the recipe")
+                    except ValueError as e:
+                        raise ConfigError(str(e)) from None
+                elif _plain(given) not in (_plain(default), _plain(value)):
                     raise ConfigError(
-                        f"{where}={tree[key]!r} contradicts what the model declares for view "
+                        f"{where}={given!r} contradicts what the model declares for view "
                         f"{view!r}: {value!r} (leave {where} unset)"
                     )
                 else:

@@ -280,7 +280,8 @@ class TextData(Modality):
         if len(self.views) == 2:  # the model reads both sentences: nothing to pack
             return []
         stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
-        return [PackPairs(self.fills, self.prefixes[1], self.cfg.restart_positions, stack)]
+        first, second = self.prefixes
+        return [PackPairs(self.fills, first, second, self.cfg.restart_positions, stack)]
 
 
 def _token_spans(
@@ -325,7 +326,8 @@ class PackPairs:
 
     #: per-token keys → padding value (``input_ids``: the pad id)
     fills: dict[str, int | bool]
-    #: key prefix of the second sentence ("text2_")
+    #: key prefixes of the first sentence ("" for the ``text`` view) and the second ("text2_")
+    first: str = ""
     second: str = "text2_"
     restart_positions: bool = True
     #: ``data.sources`` names whose pairs are stacked rather than joined
@@ -336,33 +338,33 @@ class PackPairs:
             return batch
         if batch_source(batch) in self.stack:
             return self._stack(batch)
-        b = self.second
-        a_mask, b_mask = batch["attention_mask"], batch[f"{b}attention_mask"][:, 1:]
+        a, b = self.first, self.second
+        a_mask, b_mask = batch[f"{a}attention_mask"], batch[f"{b}attention_mask"][:, 1:]
         len_a_B, len_b_B = a_mask.sum(1), b_mask.sum(1)
         B, L = a_mask.shape[0], int((len_a_B + len_b_B).max())
         ra, ca = a_mask.nonzero(as_tuple=True)  # real positions of a: (row, column)
         rb, cb = b_mask.nonzero(as_tuple=True)
         cb_out = len_a_B[rb] + cb  # b starts right after a's last real token
         for key, fill in self.fills.items():
-            a_BL, b_BM = batch[key], batch.pop(f"{b}{key}")[:, 1:]
+            a_BL, b_BM = batch[f"{a}{key}"], batch.pop(f"{b}{key}")[:, 1:]
             out_BL = torch.full((B, L), fill, dtype=a_BL.dtype)
             out_BL[ra, ca], out_BL[rb, cb_out] = a_BL[ra, ca], b_BM[rb, cb]
-            batch[key] = out_BL
-        batch["segment_ids"][rb, cb_out] = 1
+            batch[f"{a}{key}"] = out_BL
+        batch[f"{a}segment_ids"][rb, cb_out] = 1
         pos_BL = torch.zeros(B, L, dtype=torch.long)
         pos_BL[ra, ca] = ca
         pos_BL[rb, cb_out] = cb + 1 if self.restart_positions else cb_out  # +1: b's [CLS] slot
-        batch["position_ids"] = pos_BL
+        batch[f"{a}position_ids"] = pos_BL
         return batch
 
     def _stack(self, batch: Batch) -> Batch:
-        views = [{k: batch.pop(f"{p}{k}") for k in self.fills} for p in ("", self.second)]
+        views = [{k: batch.pop(f"{p}{k}") for k in self.fills} for p in (self.first, self.second)]
         L = max(v["input_ids"].shape[1] for v in views)
         for key, fill in self.fills.items():
             parts = [
                 torch.nn.functional.pad(v[key], (0, L - v[key].shape[1]), value=fill) for v in views
             ]
-            batch[key] = torch.cat(parts)
+            batch[f"{self.first}{key}"] = torch.cat(parts)
         batch[KEY] = list(batch[KEY]) * 2
         batch[PAIRS] = "stacked"
         return batch

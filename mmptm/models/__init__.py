@@ -1,4 +1,4 @@
-"""Models composed from encoders, fusion and objectives."""
+"""Models composed from encoders, fusion and objectives; a run's config, checkpoints, loading."""
 
 from mmptm.models.pretrain import ModelConfig, PretrainModel, PretrainOutput, data_transforms
 

@@ -78,3 +78,14 @@ def test_unknown_modality_and_undeclarable_fact_are_named():
 def test_an_image_without_a_declared_size_is_an_error():
     with pytest.raises(ValueError, match="no encoder declared the image size"):
         build_modalities({"image": Need("image")}, {}, DataContext())
+
+
+def test_declared_spans_merge_with_the_recipes_and_clashes_are_named(tiny_tokenizer):
+    ctx = DataContext(tokenizer=tiny_tokenizer)
+    needs = {"text": Need("text", {"spans": {"entity": "entities"}})}
+    recipe = {"text": TextData.Config(spans={"tag": "tags"})}
+    (text,) = build_modalities(needs, recipe, ctx)
+    assert text.cfg.spans == {"tag": "tags", "entity": "entities"}
+    clash = {"text": TextData.Config(spans={"entity": "links"})}
+    with pytest.raises(ConfigError, match=r"disagree on data.modalities.text.spans.entity"):
+        build_modalities(needs, clash, ctx)
