@@ -8,9 +8,10 @@ real). Meta keys are wrapped in double underscores and are never moved to a devi
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are made, not by importing this module
+    import torch
 
 Batch = dict[str, Any]
 
@@ -56,6 +57,8 @@ class BatchTransform(Protocol):
 
 def move_to(batch: Batch, device: torch.device | str) -> Batch:
     """Tensors to ``device``; meta keys and other values (answer strings ...) stay as they are."""
+    import torch
+
     return {
         k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
         for k, v in batch.items()

@@ -27,9 +27,19 @@ class RegistryError(KeyError):
 class Registry(Generic[T]):
     """Maps names to part classes that carry a ``Config`` dataclass."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, package: str = "") -> None:
         self.kind = kind
+        #: the plug-point package whose modules define the built-in parts: imported (every
+        #: module of it) on the first lookup, so importing one part does not import all
+        self.package = package
+        self._loaded = not package
         self._parts: dict[str, type[T]] = {}
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            pkg = importlib.import_module(self.package)
+            import_all(self.package, pkg.__path__)
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def deco(cls: type[T]) -> type[T]:
@@ -45,9 +55,11 @@ class Registry(Generic[T]):
         return deco
 
     def names(self) -> list[str]:
+        self._load()
         return sorted(self._parts)
 
     def get(self, name: str, where: str = "") -> type[T]:
+        self._load()
         if name not in self._parts:
             near = difflib.get_close_matches(name, self._parts, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -64,19 +76,21 @@ class Registry(Generic[T]):
         return self.get(cfg.type)(cfg, **context)
 
     def __contains__(self, name: object) -> bool:
+        self._load()
         return name in self._parts
 
 
-ENCODERS: Registry[Any] = Registry("encoder")
-FUSIONS: Registry[Any] = Registry("fusion")
-OBJECTIVES: Registry[Any] = Registry("objective")
-MODALITIES: Registry[Any] = Registry("modality")
+MODALITIES: Registry[Any] = Registry("modality", "mmptm.modalities")
+ENCODERS: Registry[Any] = Registry("encoder", "mmptm.encoders")
+FUSIONS: Registry[Any] = Registry("fusion", "mmptm.fusion")
+OBJECTIVES: Registry[Any] = Registry("objective", "mmptm.objectives")
 
 
 def import_all(package: str, path: Iterable[str]) -> None:
     """Import every module of a plug-point package, so that each registers its parts.
 
     A new part is then one new file in the package's folder; nothing else names it.
+    (Registries call this on their first lookup.)
     """
     for info in sorted(pkgutil.iter_modules(list(path)), key=lambda i: i.name):
         importlib.import_module(f"{package}.{info.name}")

@@ -24,7 +24,6 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-import mmptm.modalities  # noqa: F401  (registers the plug-ins)
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
 from mmptm.config import components
 from mmptm.data.decode import Collate, Decoder

@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import Any
 
 import braceexpand
-from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
 
 __all__ = [
     "ShardWriter",
@@ -91,6 +90,9 @@ def _describe(exn: BaseException) -> str:
 
 def tar_samples(urls: Iterable[str], handler: SkipCounter) -> Iterator[Sample]:
     """Open tar shards and group members into samples by ``__key__`` (webdataset's readers)."""
+    # Imported here: webdataset imports torch, which reading text files alone does not need.
+    from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
+
     streams = url_opener(({"url": u} for u in urls), handler=handler)
     files = tar_file_expander(streams, handler=handler)
     yield from group_by_keys(files, handler=handler)

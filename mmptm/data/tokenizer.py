@@ -22,7 +22,7 @@ from typing import Any
 import sentencepiece as spm
 
 from mmptm.data.shards import SkipCounter, tar_samples
-from mmptm.modalities.text import sample_texts
+from mmptm.modalities.sentences import sample_texts
 
 __all__ = ["ID_SCHEMES", "SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
 

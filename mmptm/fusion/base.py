@@ -52,7 +52,8 @@ class Fusion(nn.Module):
 
     ``forward(tokens, batch)`` gets every encoder's ``ModalityTokens`` and the batch itself,
     so a fusion layer can read extra keys it declared in :meth:`data_needs` (e.g. entity ids
-    aligned to the text tokens, from the text plug-in's ``spans``).
+    aligned to the text tokens, from the text plug-in's ``spans``). ``batch`` is None when
+    ``FusionOutput.repair`` fuses re-indexed rows again (hard negatives).
     """
 
     def data_needs(self) -> dict[str, Need]:

@@ -8,8 +8,5 @@ from mmptm.modalities.base import (
     merge_needs,
     view_prefix,
 )
-from mmptm.registry import import_all
 
 __all__ = ["DataContext", "Modality", "Need", "build_modalities", "merge_needs", "view_prefix"]
-
-import_all(__name__, __path__)  # every module registers its parts

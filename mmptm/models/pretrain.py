@@ -12,9 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-import mmptm.encoders
-import mmptm.fusion
-import mmptm.objectives  # noqa: F401  (registers the parts)
 from mmptm.batch import Batch, BatchTransform
 from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo

@@ -102,7 +102,7 @@ class Trainer:
             tc.precision == "auto" and self.device.type == "cuda"
         )
         self.out = Path(cfg.output_dir)
-        self.ckpt_dir = self.out / "checkpoints"
+        self.ckpt_dir = self.out / checkpoint.CKPT_DIR
         init = init_from(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)

@@ -14,7 +14,8 @@ from mmptm.data.pipeline import DataConfig, ShardStream, SourceConfig, stream_co
 from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities import DataContext, Need
-from mmptm.modalities.text import PackPairs, Segment, TextData, sample_texts, segments
+from mmptm.modalities.sentences import Segment, sample_texts, segments
+from mmptm.modalities.text import PackPairs, TextData
 from mmptm.objectives.mlm import IGNORE, MaskedLM
 
 

@@ -1,0 +1,119 @@
+"""The sentences a sample holds: its segments by sample format, and every sentence in it.
+
+Shared by the text plug-in (``text.py``, which tokenises the segments) and the tokenizer
+trainer (which reads every sentence of the shards it trains on). No torch here: training a
+tokenizer from text files imports none.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mmptm.modalities.base import Sample
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One sentence of a sample, its language and where in the ``json`` it came from."""
+
+    text: str
+    lang: str
+    #: the json path of the text: ("captions", lang), ("texts", i), ("premise",), ("txt",) ...
+    where: tuple[str | int, ...] = ("txt",)
+
+
+def segments(
+    sample: Sample,
+    meta: Mapping[str, Any],
+    caption_languages: Sequence[str],
+    rng: random.Random | None,
+) -> list[Segment]:
+    """The segments of a sample, by its format (see the module docstring).
+
+    With ``rng`` (training) a caption language is drawn per sample and a pair comes in a
+    random order (both directions, as XLM's TLM); without, the first caption language and
+    the stored order are used.
+    """
+    if "question" in meta:
+        return [Segment(meta["question"], meta.get("language", "en"), ("question",))]
+    if "premise" in meta and "hypothesis" in meta:
+        lang = meta.get("language", "")
+        return [
+            Segment(meta["premise"], lang, ("premise",)),
+            Segment(meta["hypothesis"], lang, ("hypothesis",)),
+        ]
+    if "texts" in meta:
+        texts, langs = meta["texts"], meta.get("languages") or ["", ""]
+        if len(texts) != 2 or len(langs) != 2:
+            raise ValueError(f"a parallel pair needs 2 texts and 2 languages, got {len(texts)}")
+        pair = [Segment(t, lang, ("texts", i)) for i, (t, lang) in enumerate(zip(texts, langs))]
+        if rng is not None and rng.random() < 0.5:
+            pair.reverse()
+        return pair
+    captions = meta.get("captions") or {}
+    langs = [lang for lang in caption_languages if captions.get(lang)]
+    if langs:
+        lang = rng.choice(langs) if rng is not None else langs[0]
+        return [Segment(captions[lang], lang, ("captions", lang))]
+    if "txt" in sample:
+        lang = meta.get("language") or (caption_languages[0] if caption_languages else "")
+        return [Segment(sample["txt"].decode("utf-8"), lang, ("txt",))]
+    raise ValueError(f"no text: no caption in {list(caption_languages)}, no pair, no txt member")
+
+
+def sample_texts(sample: Sample) -> Iterator[tuple[str, str]]:
+    """Every sentence a raw sample holds, with its language ("" when unknown), member by member.
+
+    What the tokenizer trains on: ``*txt`` members line by line, and in ``json`` every caption
+    language, both texts of a pair, NLI premise and hypothesis, VQA questions. A member that
+    is not valid UTF-8 / JSON raises ``ValueError``.
+    """
+    metas = {ext: json.loads(data.decode("utf-8")) for ext, data in _members(sample, "json")}
+    lang = next((m["language"] for m in metas.values() if _is_lang(m)), "")
+    for ext, data in _members(sample, "txt", "json"):
+        if ext in metas:
+            if isinstance(metas[ext], dict):
+                yield from _json_texts(metas[ext])
+        else:  # a txt member is in the language its sample's json names
+            yield from ((line, lang) for line in _lines(data.decode("utf-8")))
+
+
+def _members(sample: Sample, *kinds: str) -> Iterator[tuple[str, bytes]]:
+    """(extension, bytes) of the members whose last extension is one of ``kinds``."""
+    for ext, data in sample.items():
+        if not ext.startswith("__") and ext.rsplit(".", 1)[-1].lower() in kinds:
+            yield ext, data
+
+
+def _is_lang(meta: Any) -> bool:
+    return isinstance(meta, dict) and isinstance(meta.get("language"), str)
+
+
+def _json_texts(meta: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    captions = meta.get("captions")
+    if isinstance(captions, dict):
+        for lang, caption in captions.items():
+            for c in caption if isinstance(caption, list) else [caption]:
+                if isinstance(c, str):
+                    yield from ((line, lang) for line in _lines(c))
+    texts, langs = meta.get("texts"), meta.get("languages")
+    if isinstance(texts, list):
+        langs = langs if isinstance(langs, list) and len(langs) == len(texts) else [""] * 2
+        for t, lang in zip(texts, langs):
+            if isinstance(t, str):
+                yield from ((line, str(lang)) for line in _lines(t))
+    lang = meta.get("language") if isinstance(meta.get("language"), str) else ""
+    for key in ("premise", "hypothesis", "question"):
+        if isinstance(meta.get(key), str):
+            yield from ((line, lang) for line in _lines(meta[key]))
+
+
+def _lines(text: str) -> Iterator[str]:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            yield line
