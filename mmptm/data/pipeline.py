@@ -28,10 +28,8 @@ from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
 from mmptm.config import components
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
-from mmptm.modalities.base import DataContext, Modality, Need, build_modalities
+from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
 from mmptm.registry import MODALITIES
-
-Sample = dict[str, Any]
 
 
 @dataclass

@@ -24,6 +24,8 @@ from typing import Any
 
 import braceexpand
 
+from mmptm.modalities.base import Sample
+
 __all__ = [
     "ShardWriter",
     "SkipCounter",
@@ -34,7 +36,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-Sample = dict[str, Any]
 
 # --------------------------------------------------------------------------------------------
 # Reading

@@ -39,13 +39,19 @@ class Sides:
     queries: str = ""
 
 
-def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
-    """The item and query sides of ``model``, with the keys ``stream`` gives each."""
-    heads = list(model.objectives.values())
+def _heads(model: PretrainModel) -> tuple[Contrastive | None, ImageTextMatching | None]:
+    """The model's first contrastive and first ITM head; at least one must exist."""
+    heads = model.objectives.values()
     contrastive = next((o for o in heads if isinstance(o, Contrastive)), None)
     itm = next((o for o in heads if isinstance(o, ImageTextMatching)), None)
     if contrastive is None and itm is None:
         raise ValueError("retrieval needs a contrastive or an itm objective in the model")
+    return contrastive, itm
+
+
+def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
+    """The item and query sides of ``model``, with the keys ``stream`` gives each."""
+    contrastive, itm = _heads(model)
 
     def keys(encoders: Iterable[str]) -> tuple[str, ...]:
         views = [v for e in encoders for v in model.encoders[e].data_needs()]
@@ -134,11 +140,7 @@ def similarity(
     head: ITM scores every pair (quadratic).
     """
     n = len(data[KEY])
-    heads = model.objectives.values()
-    contrastive = next((o for o in heads if isinstance(o, Contrastive)), None)
-    itm = next((o for o in heads if isinstance(o, ImageTextMatching)), None)
-    if contrastive is None and itm is None:
-        raise ValueError("retrieval needs a contrastive or an itm objective in the model")
+    contrastive, itm = _heads(model)
     if contrastive is None:
         img_P = torch.arange(n).repeat_interleave(n)
         txt_P = torch.arange(n).repeat(n)
