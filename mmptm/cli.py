@@ -157,6 +157,23 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_reversal(args: argparse.Namespace) -> int:
+    from mmptm.eval.retrieval import evaluate_reversal
+
+    overrides = list(args.overrides)
+    if args.language:
+        overrides.append(f"data.modalities.text.caption_languages=[{args.language}]")
+    result = evaluate_reversal(
+        args.run, split=args.split, shards=args.shards, max_items=args.max_items,
+        batch_size=args.batch_size, field=args.field, overrides=overrides,
+    )  # fmt: skip
+    name = Path(args.run).name or args.run
+    print(f"{name}: reversal accuracy {100 * result['reversal_acc']:.1f}% over "
+          f"{int(result['n'])} clips (a bag of frames scores 50%)")  # fmt: skip
+    print(json.dumps(result))
+    return 0
+
+
 def _finetune(args: argparse.Namespace) -> int:
     from mmptm.eval.classification import evaluate_sets, format_accuracy
     from mmptm.models.run import load_run_config
@@ -301,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate a checkpoint")
     ev_sub = ev.add_subparsers(dest="task", required=True)
-    er = ev_sub.add_parser("retrieval", help="image↔text R@1/5/10")
+    er = ev_sub.add_parser(
+        "retrieval", help="item (image, video, ...) ↔ text R@1/5/10 and median rank"
+    )
     er.add_argument("run", help="run directory or checkpoint file")
     er.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
     er.add_argument("--split", default="test", choices=["train", "val", "test"])
@@ -312,6 +331,18 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--rerank-k", type=int, default=0, help="re-rank the top-k with ITM")
     er.add_argument("--out", default=None, help="also write the result as JSON here")
     er.set_defaults(fn=_eval_retrieval)
+    rv = ev_sub.add_parser(
+        "reversal", help="video: own caption vs. the caption of the clip played backwards"
+    )
+    rv.add_argument("run", help="run directory or checkpoint file")
+    rv.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    rv.add_argument("--split", default="test", choices=["train", "val", "test"])
+    rv.add_argument("--shards", default=None, help="shard spec instead of the split's")
+    rv.add_argument("--language", default=None, help="caption language (default: first)")
+    rv.add_argument("--field", default="reversed_captions", help="json field of the negatives")
+    rv.add_argument("--max-items", type=int, default=1000)
+    rv.add_argument("--batch-size", type=int, default=128)
+    rv.set_defaults(fn=_eval_reversal)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
     ex.add_argument("run", help="run directory or checkpoint file")
     ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from mmptm.batch import END, KEY, move_to
 from mmptm.data.pipeline import StreamConfig, single_pass, stream_config
+from mmptm.modalities.text import TextData
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.contrastive import Contrastive
@@ -83,6 +84,7 @@ def recall_at_k(
 
     A rank is the number of candidates scoring strictly higher than the true one.
     ``sim_t2i_IT`` scores the text→image direction when it differs (ITM re-ranking).
+    Also the median rank (``MdR``, 1 = first, as MSR-VTT papers report it).
     """
     t2i_IT = sim_IT if sim_t2i_IT is None else sim_t2i_IT
     for m in (sim_IT, t2i_IT):
@@ -94,6 +96,8 @@ def recall_at_k(
     for k in ks:
         out[f"i2t_R@{k}"] = (rank_i2t < k).float().mean().item()
         out[f"t2i_R@{k}"] = (rank_t2i < k).float().mean().item()
+    for d, rank in (("i2t", rank_i2t), ("t2i", rank_t2i)):
+        out[f"{d}_MdR"] = rank.float().add(1).median().item()
     return out
 
 
@@ -175,6 +179,66 @@ def similarity(
     return reranked[0], reranked[1]
 
 
+@torch.no_grad()
+def pair_scores(
+    model: PretrainModel, data: dict[str, Any], sides: Sides, device: torch.device, batch_size: int
+) -> torch.Tensor:
+    """Scores [N] of the pairs (item i, text i): contrastive dot products, else ITM."""
+    n = len(data[KEY])
+    contrastive, itm = _heads(model)
+    if contrastive is None:
+        assert itm is not None
+        idx = torch.arange(n)
+        return itm_scores(itm, model, data, sides, idx, idx, device, batch_size)
+    out = []
+    for s in range(0, n, batch_size):
+        idx = torch.arange(s, min(s + batch_size, n))
+        z = []
+        for keys, side in ((sides.item_keys, sides.items), (sides.query_keys, sides.queries)):
+            z.append(contrastive.embed(model.fuse(move_to(_take(data, keys, idx), device)), side))
+        out.append((z[0] * z[1]).sum(-1).cpu())
+    return torch.cat(out)
+
+
+def evaluate_reversal(
+    path: str,
+    *,
+    split: str = "test",
+    shards: str | None = None,
+    max_items: int = 1000,
+    batch_size: int = 128,
+    field: str = "reversed_captions",
+    overrides: Sequence[str] = (),
+    device: str = "cpu",
+) -> dict[str, float]:
+    """The reversal test: how often a clip scores its own caption above the caption of the
+    same clip played backwards (json ``field``, e.g. toyworld video's ``reversed_captions``).
+
+    Both captions hold the same objects and events, so only the order of the frames tells
+    them apart: a model that sees the frames as an unordered bag scores 50 % (ties count
+    one half).
+    """
+    model, tokenizer, cfg = load_pretrained(path, overrides)
+    dev = torch.device(device)
+    model.to(dev)
+    scores = []
+    text = cfg.data.modalities.get("text") or TextData.Config()
+    for captions in ("captions", field):
+        modalities = {**cfg.data.modalities, "text": replace(text, captions_field=captions)}
+        data_cfg = replace(cfg.data, modalities=modalities)
+        stream = stream_config(
+            data_cfg, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
+        )
+        stream.batch_size = max_items
+        data = next(iter(single_pass(stream)))
+        if END in data:
+            raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
+        scores.append(pair_scores(model, data, retrieval_sides(model, stream), dev, batch_size))
+    true_N, reversed_N = scores
+    wins = (true_N > reversed_N).float() + 0.5 * (true_N == reversed_N).float()
+    return {"n": float(len(wins)), "reversal_acc": wins.mean().item(), "chance": 0.5}
+
+
 def evaluate_retrieval(
     path: str,
     *,
@@ -212,8 +276,11 @@ def evaluate_retrieval(
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """A plain-text table: one row per named result, columns R@1/5/10 both ways + chance."""
     cols = [f"{d}_R@{k}" for d in ("i2t", "t2i") for k in KS] + ["chance_R@1"]
-    head = f"{'':<14}" + "".join(f"{c:>12}" for c in cols)
+    ranks = ["i2t_MdR", "t2i_MdR"]
+    head = f"{'':<14}" + "".join(f"{c:>12}" for c in cols + ranks)
     lines = [head]
     for name, r in rows.items():
-        lines.append(f"{name:<14}" + "".join(f"{100 * r[c]:>11.1f}%" for c in cols))
+        cells = [f"{100 * r[c]:>11.1f}%" for c in cols]
+        cells += [f"{r[c]:>12.1f}" if c in r else f"{'-':>12}" for c in ranks]
+        lines.append(f"{name:<14}" + "".join(cells))
     return "\n".join(lines)

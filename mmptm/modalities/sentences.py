@@ -31,12 +31,16 @@ def segments(
     meta: Mapping[str, Any],
     caption_languages: Sequence[str],
     rng: random.Random | None,
+    captions_field: str = "captions",
 ) -> list[Segment]:
     """The segments of a sample, by its format (see the module docstring).
 
-    With ``rng`` (training) a caption language is drawn per sample and a pair comes in a
-    random order (both directions, as XLM's TLM); without, the first caption language and
-    the stored order are used.
+    With ``rng`` (training) a caption language is drawn per sample, one of a language's
+    captions when it has several (``{lang: [c1, c2, ...]}``: MSR-VTT's 20 per clip), and a
+    pair comes in a random order (both directions, as XLM's TLM); without, the first caption
+    language, its first caption and the stored order are used. ``captions_field`` reads
+    captions from another json field of the same shape (toyworld video's
+    ``reversed_captions``); only the default field falls back to the ``txt`` member.
     """
     if "question" in meta:
         return [Segment(meta["question"], meta.get("language", "en"), ("question",))]
@@ -54,15 +58,31 @@ def segments(
         if rng is not None and rng.random() < 0.5:
             pair.reverse()
         return pair
-    captions = meta.get("captions") or {}
+    captions = meta.get(captions_field) or {}
+    if not isinstance(captions, dict):
+        raise ValueError(f"json {captions_field!r} must map languages to captions")
     langs = [lang for lang in caption_languages if captions.get(lang)]
     if langs:
         lang = rng.choice(langs) if rng is not None else langs[0]
-        return [Segment(captions[lang], lang, ("captions", lang))]
+        caption = captions[lang]
+        if isinstance(caption, list):
+            i = rng.randrange(len(caption)) if rng is not None else 0
+            return [
+                Segment(_caption(caption[i], captions_field, lang), lang, (captions_field, lang, i))
+            ]
+        return [Segment(_caption(caption, captions_field, lang), lang, (captions_field, lang))]
+    if captions_field != "captions":
+        raise ValueError(f"no {captions_field!r} in {list(caption_languages)}")
     if "txt" in sample:
         lang = meta.get("language") or (caption_languages[0] if caption_languages else "")
         return [Segment(sample["txt"].decode("utf-8"), lang, ("txt",))]
     raise ValueError(f"no text: no caption in {list(caption_languages)}, no pair, no txt member")
+
+
+def _caption(value: Any, field: str, lang: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"json {field}[{lang!r}] holds a {type(value).__name__}, not a string")
+    return value
 
 
 def sample_texts(sample: Sample) -> Iterator[tuple[str, str]]:

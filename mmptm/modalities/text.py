@@ -19,7 +19,8 @@ per-token keys: ``<name>_ids [B,L]`` holds a span's value (an integer id, e.g. a
 the first piece of the span and -1 elsewhere, ``<name>_mask [B,L]`` is True on every piece
 inside a span. The field mirrors the text it annotates: a list of ``[start, end, id]``
 (characters, end exclusive) for ``txt`` / ``question``; ``{lang: [...]}`` for
-``captions``; ``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
+``captions`` (``{lang: [[...], ...]}``, one list per caption, when a language has several);
+``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
 "hypothesis": [...]}`` for NLI. Joining and stacking pairs keeps every per-token key.
 Legend: B batch, L tokens.
 """
@@ -58,6 +59,9 @@ class TextData(Modality):
         #: epoch when training, the first available when evaluating; the ``txt`` member is
         #: the fallback when a sample has none of them
         caption_languages: list[str] = field(default_factory=lambda: ["en"])
+        #: the json field holding the captions ({lang: caption or [captions]}); e.g.
+        #: ``reversed_captions`` scores toyworld video's reversal test
+        captions_field: str = "captions"
         #: a joined pair restarts positions at its second sentence (XLM's TLM)
         restart_positions: bool = True
         #: character-span annotations → per-token keys: batch name → json field, e.g.
@@ -134,8 +138,12 @@ class TextData(Modality):
                 found[name] = value[int(seg.where[1])] if ok else None
             else:  # captions by language, NLI by field name; a missing key: no annotation
                 ok = isinstance(value, dict)
-                at = seg.where[1] if head == "captions" else head
+                at = seg.where[1] if head == self.cfg.captions_field else head
                 found[name] = value.get(at) if ok else None
+                if ok and len(seg.where) == 3:  # one of a language's several captions
+                    many = found[name]
+                    ok = many is None or (isinstance(many, list) and len(many) > seg.where[2])
+                    found[name] = many[seg.where[2]] if ok and many is not None else None
             if not ok:
                 raise ValueError(
                     f"json {fieldname!r} does not mirror the text it annotates "
@@ -144,7 +152,7 @@ class TextData(Modality):
         return found
 
     def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
-        segs = segments(sample, meta, self.cfg.caption_languages, rng)
+        segs = segments(sample, meta, self.cfg.caption_languages, rng, self.cfg.captions_field)
         if len(self.views) == 2 and len(segs) < 2:
             raise ValueError(f"the model reads a second text view ({self.views[1]}); sample has 1")
         out: Sample = {}

@@ -6,7 +6,16 @@ import pytest
 import torch
 from conftest import ROOT, tiny_overrides
 
-from mmptm.eval.retrieval import Sides, evaluate_retrieval, recall_at_k, similarity
+from mmptm.data.pipeline import single_pass, stream_config
+from mmptm.eval.retrieval import (
+    Sides,
+    evaluate_retrieval,
+    evaluate_reversal,
+    recall_at_k,
+    retrieval_sides,
+    similarity,
+)
+from mmptm.models.load import load_pretrained
 from mmptm.models.run import load_run_config
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
@@ -24,6 +33,8 @@ def test_recall_at_k_hand_worked():
     # text 2: image 2 is 0.6 but image 1 has 0.5, image 0 0.2 -> rank 1
     assert r["t2i_R@1"] == pytest.approx(2 / 3)
     assert r["t2i_R@2"] == pytest.approx(1.0)
+    # median ranks (1 = first): images 1, 3, 2 -> 2; texts 1, 2, 1 -> 1
+    assert r["i2t_MdR"] == 2.0 and r["t2i_MdR"] == 1.0
 
 
 def test_recall_needs_a_square_matrix():
@@ -113,3 +124,47 @@ def test_itm_reranking_of_a_first_stage():
     assert reranked["i2t_R@1"] == 1.0 and reranked["t2i_R@1"] == 1.0
     i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, rerank_k=1)
     assert recall_at_k(i2t, sim_t2i_IT=t2i)["i2t_R@1"] == 0.0  # the truth was not in the top 1
+
+
+def _with_reversed(src, dst, partner) -> None:
+    """Copy image-text shards, giving sample i ``reversed_captions`` = sample partner(i)'s."""
+    import json
+
+    from mmptm.data.shards import ShardWriter, SkipCounter, tar_samples
+
+    urls = [str(u) for u in sorted(src.glob("val-*.tar"))]
+    samples = list(tar_samples(urls, SkipCounter()))
+    metas = [json.loads(s["json"]) for s in samples]
+    with ShardWriter(dst / "val-%06d.tar", 100) as w:
+        for i, (s, meta) in enumerate(zip(samples, metas)):
+            meta["reversed_captions"] = metas[partner(i, len(samples))]["captions"]
+            w.write({"__key__": s["__key__"], "jpg": s["jpg"], "json": json.dumps(meta)})
+
+
+def test_reversal_test_scores_own_caption_against_the_reversed_one(tiny_world, tmp_path):
+    cfg = load_run_config(
+        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        [*tiny_overrides(tiny_world, tmp_path / "run", "clip_tiny"), "train.max_steps=4"],
+    )
+    pretrain(cfg)
+    run = str(tmp_path / "run")
+    # The same caption on both sides: every pair ties, which counts one half.
+    same = tmp_path / "same"
+    same.mkdir()
+    _with_reversed(tiny_world / "image_text", same, lambda i, n: i)
+    r = evaluate_reversal(run, shards=str(same / "*.tar"), max_items=16, batch_size=5)
+    assert r == {"n": 16.0, "reversal_acc": 0.5, "chance": 0.5}
+    # The next sample's caption as the "reversed" one: the wins are read off the full
+    # similarity matrix that retrieval computes (another code path).
+    nxt = tmp_path / "next"
+    nxt.mkdir()
+    _with_reversed(tiny_world / "image_text", nxt, lambda i, n: (i + 1) % n)
+    r = evaluate_reversal(run, shards=str(nxt / "*.tar"), max_items=16, batch_size=5)
+    model, tokenizer, saved = load_pretrained(run)
+    stream = stream_config(saved.data, tokenizer, split="val", needs=model.data_needs(),
+                           shards=str(nxt / "*.tar"))  # fmt: skip
+    stream.batch_size = 16
+    data = next(iter(single_pass(stream)))
+    sim, _ = similarity(model, data, retrieval_sides(model, stream), torch.device("cpu"), 5)
+    wins = [float(sim[i, i] > sim[i, (i + 1) % 16]) for i in range(16)]
+    assert r["reversal_acc"] == pytest.approx(sum(wins) / 16, abs=1e-6)

@@ -306,3 +306,30 @@ def test_sample_texts_reads_every_sentence_with_its_language():
     ]  # fmt: skip
     with pytest.raises(ValueError):
         list(sample_texts({"json": b"{broken"}))
+
+
+def test_a_language_with_several_captions_gives_one_per_draw_and_the_first_when_evaluating():
+    meta = {"captions": {"en": ["a", "b", "c"], "de": "x"}}
+    assert segments({}, meta, ["en"], None) == [Segment("a", "en", ("captions", "en", 0))]
+    drawn = {segments({}, meta, ["en"], random.Random(i))[0].text for i in range(30)}
+    assert drawn == {"a", "b", "c"}
+    with pytest.raises(ValueError, match=r"captions\['en'\] holds a int"):
+        segments({}, {"captions": {"en": [3]}}, ["en"], None)
+
+
+def test_captions_field_reads_another_field_and_never_falls_back_to_txt():
+    meta = {"captions": {"en": "it grows"}, "reversed_captions": {"en": ["it shrinks"]}}
+    got = segments({"txt": b"it grows"}, meta, ["en"], None, "reversed_captions")
+    assert [s.text for s in got] == ["it shrinks"]
+    with pytest.raises(ValueError, match="no 'reversed_captions'"):
+        segments({"txt": b"it grows"}, {"captions": meta["captions"]}, ["en"], None,
+                 "reversed_captions")  # fmt: skip
+
+
+def test_spans_of_one_of_several_captions(tiny_tokenizer):
+    meta = {
+        "captions": {"en": ["a red circle", "the blue square"]},
+        "entities": {"en": [[[2, 12, 1]], [[4, 15, 2]]]},
+    }
+    out = _spans_text(tiny_tokenizer).decode({}, meta, None)  # evaluation: the first caption
+    assert {v for v in out["entity_ids"] if v >= 0} == {1}
