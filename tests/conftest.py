@@ -55,6 +55,9 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         "train.ckpt_every=3",
         "train.progress=false",
     ]
+    for name, enc in (model.get("encoders") or {}).items():
+        if isinstance(enc, dict) and enc.get("codebook"):  # units encoders (VideoBERT)
+            over.append(f"model.encoders.{name}.codebook={here(enc['codebook'])}")
     if model.get("fusion", {}).get("type") == "two_stream":
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:

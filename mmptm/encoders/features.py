@@ -60,6 +60,8 @@ class VideoFeaturesEncoder(Encoder):
         temporal_heads: int = 4
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
+        #: a learned [MASK] embedding for masked steps (off when no objective masks them)
+        mask_embedding: bool = True
 
     def __init__(self, cfg: Config, *, width: int, name: str = "features", **_: object) -> None:
         super().__init__(width, name)
@@ -77,6 +79,8 @@ class VideoFeaturesEncoder(Encoder):
             layers=cfg.temporal_layers,
             heads=cfg.temporal_heads,
             dropout=cfg.dropout,
+            mask_embedding=cfg.mask_embedding,
+            masked_key=f"{self.prefix}features_masked",
         )
 
     def data_needs(self) -> dict[str, Need]:
@@ -115,6 +119,8 @@ class UnitsEncoder(Encoder):
         temporal_heads: int = 4
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
+        #: a learned [MASK] embedding for masked steps (off when no objective masks them)
+        mask_embedding: bool = True
 
     def __init__(self, cfg: Config, *, width: int, name: str = "units", **_: object) -> None:
         super().__init__(width, name)
@@ -137,6 +143,8 @@ class UnitsEncoder(Encoder):
             layers=cfg.temporal_layers,
             heads=cfg.temporal_heads,
             dropout=cfg.dropout,
+            mask_embedding=cfg.mask_embedding,
+            masked_key=f"{self.prefix}unit_masked",
         )
 
     def data_needs(self) -> dict[str, Need]:

@@ -10,9 +10,9 @@ makes it a video model:
   frame-averaging video model (Frozen-in-Time's initialisation);
 - optional Transformer layers over time (``temporal_layers``; with patch tokens, attention
   runs over time separately at each spatial position), with padding frames masked;
-- a learned [MASK] embedding in place of the frames an objective's data side marks in
-  ``<prefix>frames_masked [B,T]`` (the masked-position convention shared with the
-  features and units encoders).
+- with ``mask_embedding: true``, a learned [MASK] embedding in place of the frames an
+  objective's data side marks in ``<prefix>frames_masked [B,T]`` (the masked-position
+  convention shared with the features and units encoders).
 
 ``tokens: frame`` gives one pooled backbone vector per frame (N = T); ``tokens: patch`` gives
 every patch token of every frame (N = T·P, frame-major). An image is a 1-frame clip, so one
@@ -52,7 +52,15 @@ class TemporalStage(nn.Module):
     """
 
     def __init__(
-        self, width: int, *, max_frames: int, layers: int, heads: int, dropout: float
+        self,
+        width: int,
+        *,
+        max_frames: int,
+        layers: int,
+        heads: int,
+        dropout: float,
+        mask_embedding: bool = True,
+        masked_key: str = "",
     ) -> None:
         super().__init__()
         if max_frames < 1:
@@ -60,7 +68,10 @@ class TemporalStage(nn.Module):
         if layers < 0:
             raise ValueError(f"temporal_layers must be >= 0, got {layers}")
         self.max_frames = max_frames
-        self.mask_embedding = nn.Parameter(torch.empty(width).normal_(std=0.02))
+        self.masked_key = masked_key
+        self.mask_embedding: nn.Parameter | None = None
+        if mask_embedding:
+            self.mask_embedding = nn.Parameter(torch.empty(width).normal_(std=0.02))
         # Zero: with no temporal layers the encoder is a bag of frames at initialisation.
         self.pos = nn.Parameter(torch.zeros(max_frames, width))
         cfg = TransformerConfig(layers=layers, heads=heads, dropout=dropout, attn_dropout=dropout)
@@ -75,6 +86,11 @@ class TemporalStage(nn.Module):
         if T > self.max_frames:
             raise ValueError(f"clips of {T} frames exceed max_frames={self.max_frames}")
         if masked_BT is not None:
+            if self.mask_embedding is None:
+                raise ValueError(
+                    f"the batch masks positions ({self.masked_key}) but this encoder has no "
+                    "[MASK] embedding: set mask_embedding: true in its config"
+                )
             if masked_BT.shape != (B, T):
                 raise ValueError(f"masked positions are {tuple(masked_BT.shape)}, tokens {(B, T)}")
             replace_BT11 = (masked_BT.bool() & real_BT)[:, :, None, None]
@@ -121,6 +137,8 @@ class VideoFramesEncoder(Encoder):
         temporal_layers: int = 0
         temporal_heads: int = 4
         dropout: float = 0.0
+        #: a learned [MASK] embedding for frames an objective masks (``frames_masked``)
+        mask_embedding: bool = False
 
     def __init__(self, cfg: Config, *, width: int, name: str = "video", **_: object) -> None:
         super().__init__(width, name)
@@ -150,6 +168,8 @@ class VideoFramesEncoder(Encoder):
             layers=cfg.temporal_layers,
             heads=cfg.temporal_heads,
             dropout=cfg.dropout,
+            mask_embedding=cfg.mask_embedding,
+            masked_key=f"{self.prefix}frames_masked",
         )
         init_weights(self.proj)
 

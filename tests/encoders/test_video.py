@@ -140,7 +140,7 @@ def test_patch_tokens_attend_over_time_per_spatial_position() -> None:
 
 
 def test_masked_frames_become_the_mask_embedding() -> None:
-    enc = _frames().eval()
+    enc = _frames(mask_embedding=True).eval()
     clips = _clips(2, 4, 32)
     masked = torch.tensor([[False, True, False, False], [False, False, False, True]])
     with torch.no_grad():
@@ -161,6 +161,9 @@ def test_frames_errors_name_the_problem() -> None:
         enc({"frames": torch.zeros(1, 3, 32, 32)})
     with pytest.raises(ValueError, match="max_frames=4"):
         enc({"frames": _clips(1, 5, 32)})
+    assert enc.temporal.mask_embedding is None  # off by default: no objective masks frames
+    with pytest.raises(ValueError, match="frames_masked.*mask_embedding: true"):
+        enc({"frames": _clips(1, 2, 32), "frames_masked": torch.ones(1, 2, dtype=torch.bool)})
 
 
 # ------------------------------------------------------------------------------- features
