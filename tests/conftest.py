@@ -55,6 +55,9 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         "train.ckpt_every=3",
         "train.progress=false",
     ]
+    for name, enc in (model.get("encoders") or {}).items():
+        if isinstance(enc, dict) and enc.get("codebook"):  # units encoders (VideoBERT)
+            over.append(f"model.encoders.{name}.codebook={here(enc['codebook'])}")
     if model.get("fusion", {}).get("type") == "two_stream":
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:
@@ -91,6 +94,48 @@ def text_image_model_config(**extra):
         **extra,
     }  # fmt: skip
     return from_dict(ModelConfig, tree)
+
+
+def synthetic_batch(model, vocab, B: int = 8, T: int = 5, seed: int = 0) -> dict:
+    """A collated batch with the keys each view's plug-in writes (the contract's keys)."""
+    import numpy as np
+    import torch
+
+    from mmptm.models.pretrain import data_transforms
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[0] = T
+    real_BT = torch.arange(T)[None] < lengths[:, None]
+    batch: dict = {"__key__": [f"s{i}" for i in range(B)]}
+    for view, need in model.data_needs().items():
+        p = "" if view == need.modality else f"{view}_"
+        if need.modality == "text":
+            L = 10
+            ids = torch.randint(5, vocab.vocab_size, (B, L), generator=g)
+            ids[:, 0] = vocab.cls_id
+            mask = torch.arange(L)[None] < torch.randint(4, L + 1, (B,), generator=g)[:, None]
+            batch[f"{p}input_ids"] = ids.masked_fill(~mask, vocab.pad_id)
+            batch[f"{p}attention_mask"] = mask
+            batch[f"{p}segment_ids"] = torch.zeros(B, L, dtype=torch.long)
+        elif need.modality == "video":
+            size = need.facts["size"]
+            frames = torch.randn(B, T, 3, size, size, generator=g)
+            batch[f"{p}frames"] = frames * real_BT[:, :, None, None, None]
+            batch[f"{p}frames_mask"] = real_BT
+        elif need.modality == "features":
+            feats = torch.randn(B, T, need.facts["dim"], generator=g)
+            batch[f"{p}features"] = feats * real_BT[..., None]
+            batch[f"{p}features_mask"] = real_BT
+        elif need.modality == "units":
+            k = int(np.load(need.facts["codebook"], mmap_mode="r").shape[0])
+            batch[f"{p}unit_ids"] = torch.randint(0, k, (B, T), generator=g) * real_BT
+            batch[f"{p}unit_mask"] = real_BT
+        elif need.modality != "answers":  # targets (answers) are the caller's to add
+            raise AssertionError(f"no synthetic data for {need.modality!r}")
+    for t in data_transforms(model.cfg, vocab):
+        batch = t(batch, g)
+    return batch
 
 
 def read_shard_samples(paths: list[str]) -> list[tuple[str, dict[str, bytes]]]:

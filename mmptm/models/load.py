@@ -45,35 +45,46 @@ def load_pretrained(
 def init_from(cfg: RunConfig) -> Checkpoint | None:
     """Give ``cfg`` the architecture (and tokenizer, if unset) of the run ``cfg.init`` names.
 
-    The heads, and the task mix and routes over them, stay the recipe's own. Returns the
-    checkpoint, whose weights :func:`load_init` loads, or None without ``init``.
+    The heads, and the task mix and routes over them, stay the recipe's own. With
+    ``init_mode: encoders`` the whole model stays the recipe's own. Returns the checkpoint,
+    whose weights :func:`load_init` loads, or None without ``init``.
     """
     if not cfg.init:
         return None
     ckpt = checkpoint.read(cfg.init)
     src = ckpt.run_config()
+    if not cfg.data.tokenizer:
+        cfg.data.tokenizer = src.data.tokenizer
+    if cfg.init_mode == "encoders":
+        return ckpt
     cfg.model = replace(
         src.model,
         objectives=cfg.model.objectives,
         task_mix=cfg.model.task_mix,
         routes=cfg.model.routes,
     )
-    if not cfg.data.tokenizer:
-        cfg.data.tokenizer = src.data.tokenizer
     return ckpt
 
 
-def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> None:
-    """Load pre-trained weights; the recipe's own heads (objectives.*) may be new."""
+def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str, only: str = "") -> None:
+    """Load pre-trained weights; the recipe's own heads (objectives.*) may be new.
+
+    ``only`` (a key prefix, e.g. ``encoders.``): the checkpoint must hold every tensor under
+    it, with the same shapes; other tensors are loaded where the checkpoint has one of the
+    same name and shape (a dual encoder's text tower as a single-stream fusion's
+    ``unimodal_layers`` tower) and keep their fresh initialisation otherwise.
+    """
     own = model.state_dict()
-    wrong = [k for k, v in sd.items() if k in own and v.shape != own[k].shape]
+    fits = {k: v for k, v in sd.items() if k in own and v.shape == own[k].shape}
+    wrong = [k for k in sd if k in own and k not in fits and k.startswith(only)]
     if wrong:
         raise ValueError(f"init={source}: tensors differ in shape, e.g. {wrong[:5]}")
-    missing = [k for k in own if k not in sd and not k.startswith("objectives.")]
+    missing = [k for k in own if k.startswith(only) and k not in sd]
+    missing = [k for k in missing if not k.startswith("objectives.")]
     if missing:
         raise ValueError(
             f"init={source}: the checkpoint lacks {len(missing)} tensors: {missing[:5]}"
         )
-    model.load_state_dict({k: v for k, v in sd.items() if k in own}, strict=False)
-    fresh = [k for k in own if k not in sd]
+    model.load_state_dict(fits, strict=False)
+    fresh = [k for k in own if k not in fits]
     log.info("init from %s; new (randomly initialised): %s", source, fresh or "none")

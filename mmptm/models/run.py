@@ -66,8 +66,11 @@ class RunConfig:
     #: start from this checkpoint (file or run directory): its encoders, fusion and tokenizer
     #: replace this recipe's; the objectives (task heads) stay this recipe's
     init: str = ""
-    #: weights = load them; architecture = the same shapes with fresh weights (baselines)
-    init_mode: Literal["weights", "architecture"] = "weights"
+    #: weights = load them; architecture = the same shapes with fresh weights (baselines);
+    #: encoders = keep this recipe's model (e.g. a fusion with cross-modal layers on top of
+    #: a dual encoder): the encoders' weights must all fit it, other tensors are loaded
+    #: where name and shape match (a dual text tower as a ``unimodal_layers`` tower)
+    init_mode: Literal["weights", "architecture", "encoders"] = "weights"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -106,8 +106,9 @@ class Trainer:
         init = init_from(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
-        if init is not None and cfg.init_mode == "weights":
-            load_init(self.model, init.model, cfg.init)
+        if init is not None and cfg.init_mode != "architecture":
+            only = "encoders." if cfg.init_mode == "encoders" else ""
+            load_init(self.model, init.model, cfg.init, only=only)
         frozen = freeze(self.model, tc.freeze)
         if frozen and self.dist.main:
             n = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)

@@ -1,0 +1,148 @@
+"""Masked frame modelling with a contrastive target (CBT's NCE over frame features).
+
+Data side (:class:`MaskFrames`): selects ``mask_prob`` of each clip's real steps
+(``<prefix>features_mask``), at least one per clip of two or more steps (a 1-step clip has
+no context to predict it from and is left whole); writes ``<prefix>features_masked [B,T]``,
+where the features encoder puts its learned [MASK] embedding. The original ``features``
+stay in the batch: they are the targets.
+
+Loss side: the fused hidden state at each masked step, through a prediction head, must pick
+its own step's feature, through a target head applied to the *original* features, among the
+features of every real step of the batch (the other steps of its clip and all steps of the
+other clips, masked or not: CBT's negatives). Both sides are L2-normalised and compared at
+a fixed ``temperature``; loss = cross-entropy, metric ``acc`` = the own step scores highest.
+With ITM negatives in the batch only positive pairs' masked steps are predicted.
+
+The frames encoder (``video_frames``) is not supported as a view: its per-frame target would
+be the backbone's feature of the unmasked frame, which the batch does not hold; use
+pre-extracted features (``video_features``), as CBT does (S3D features).
+
+Legend: B batch, T steps, F feature dim, D width, E embedding dim, M masked steps, N real
+steps of the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mmptm.batch import Batch
+from mmptm.encoders.base import VocabInfo, init_weights
+from mmptm.fusion.base import FusionOutput
+from mmptm.modalities.base import view_prefix
+from mmptm.objectives.base import Objective
+from mmptm.objectives.masking import select_positions
+from mmptm.registry import OBJECTIVES
+
+
+@dataclass(frozen=True)
+class MaskFrames:
+    """Masked-frame data side over one features view; writes ``features_masked``."""
+
+    data_priority: ClassVar[int] = 20
+
+    prefix: str
+    mask_prob: float
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        p = self.prefix
+        if f"{p}features" not in batch:  # another source of a mixture: nothing to mask
+            return batch
+        B, T = batch[f"{p}features"].shape[:2]
+        real_BT = batch.get(f"{p}features_mask")
+        real_BT = torch.ones(B, T, dtype=torch.bool) if real_BT is None else real_BT.bool()
+        several_B1 = real_BT.sum(dim=1, keepdim=True) >= 2
+        batch[f"{p}features_masked"] = select_positions(
+            real_BT & several_B1, self.mask_prob, g, at_least_one=True
+        )
+        return batch
+
+
+def frame_nce(
+    pred_ME: torch.Tensor, target_NE: torch.Tensor, own_M: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, accuracy): each prediction must pick row ``own_M`` of the targets.
+
+    Both sides are L2-normalised; logits = cosine / temperature. M = 0 gives loss 0.
+    """
+    logits_MN = F.normalize(pred_ME, dim=-1) @ F.normalize(target_NE, dim=-1).T / temperature
+    n = own_M.numel()
+    loss = F.cross_entropy(logits_MN, own_M, reduction="sum") / max(n, 1)
+    acc = (logits_MN.argmax(-1) == own_M).float().sum() / max(n, 1)
+    return loss, acc.detach()
+
+
+@OBJECTIVES.register("masked_frames")
+class MaskedFrames(Objective):
+    """CBT's masked frame NCE on a ``video_features`` view."""
+
+    @dataclass
+    class Config:
+        type: str = "masked_frames"
+        weight: float = 1.0
+        #: the features encoder (view, and hidden-state stream) this objective reads
+        modality: str = "features"
+        mask_prob: float = 0.15
+        #: width of the compared embeddings (0 = the fusion width)
+        embed_dim: int = 0
+        temperature: float = 0.1
+        layer_norm_eps: float = 1e-12
+
+    @classmethod
+    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskFrames:
+        if not 0.0 < cfg.mask_prob < 1.0:
+            raise ValueError(f"masked_frames.mask_prob must be in (0, 1), got {cfg.mask_prob}")
+        return MaskFrames(prefix=view_prefix("features", cfg.modality), mask_prob=cfg.mask_prob)
+
+    def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:
+        super().__init__()
+        if cfg.temperature <= 0:
+            raise ValueError(f"masked_frames.temperature must be > 0, got {cfg.temperature}")
+        enc = encoders[cfg.modality] if cfg.modality in encoders else None  # noqa: SIM401
+        feature_dim = int(getattr(enc, "feature_dim", 0))
+        if enc is None or enc.modality != "features" or feature_dim < 1:
+            raise ValueError(
+                f"masked_frames.modality={cfg.modality!r} is not a video_features encoder of "
+                "this model (frames encoders are not supported: see the module docstring)"
+            )
+        self.cfg = cfg
+        dim = cfg.embed_dim or width
+        self.predict = nn.Sequential(
+            nn.Linear(width, width),
+            nn.GELU(),
+            nn.LayerNorm(width, eps=cfg.layer_norm_eps),
+            nn.Linear(width, dim),
+        )
+        self.target = nn.Linear(feature_dim, dim)
+        self.prefix = view_prefix("features", cfg.modality)
+        init_weights(self)
+
+    def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
+        p = self.prefix
+        if f"{p}features_masked" not in batch or self.cfg.modality not in out.hidden:
+            return {}  # a batch without this view (another source of a mixture)
+        feats_BTF = batch[f"{p}features"]
+        B, T = feats_BTF.shape[:2]
+        real_BT = batch.get(f"{p}features_mask")
+        if real_BT is None:
+            real_BT = torch.ones(B, T, dtype=torch.bool, device=feats_BTF.device)
+        real_BT = real_BT.bool()
+        masked_BT = batch[f"{p}features_masked"].bool() & real_BT
+        if "itm_labels" in batch:
+            masked_BT = masked_BT & (batch["itm_labels"] != 0).unsqueeze(1)
+        h_BTD = out.hidden[self.cfg.modality]
+        if h_BTD.shape[:2] != (B, T):
+            raise ValueError(
+                f"masked_frames: hidden[{self.cfg.modality!r}] is {tuple(h_BTD.shape)} but "
+                f"{p}features is {tuple(feats_BTF.shape)}"
+            )
+        # Row of each real step among the real steps of the batch, in [B,T] order.
+        row_BT = torch.cumsum(real_BT.flatten(), 0).view(B, T) - 1
+        target_NE = self.target(feats_BTF[real_BT].float()).float()
+        pred_ME = self.predict(h_BTD[masked_BT]).float()
+        loss, acc = frame_nce(pred_ME, target_NE, row_BT[masked_BT], self.cfg.temperature)
+        return {"loss": loss, "acc": acc}
