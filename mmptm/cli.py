@@ -1,6 +1,6 @@
 """``mmptm``: the command line. Thin: each sub-command parses arguments and calls the library.
 
-mmptm data toyworld --out DIR [--n-train N ...]
+mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,video_qa]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
@@ -30,10 +30,22 @@ def _data_toyworld(args: argparse.Namespace) -> int:
         languages=tuple(args.languages.split(",")),
         image_size=args.image_size,
         shard_size=args.shard_size,
+        views=_views(args.views, toyworld.VIEWS, toyworld.ALL_VIEWS),
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
     return 0
+
+
+def _views(spec: str | None, default: dict, every: dict) -> tuple[str, ...] | None:
+    """--views: a comma list; "default" stands for the default views, "all" for every view."""
+    if not spec:
+        return None
+    out: list[str] = []
+    for name in spec.split(","):
+        names = {"default": list(default), "all": list(every)}.get(name.strip(), [name.strip()])
+        out += [n for n in names if n not in out]
+    return tuple(out)
 
 
 def _data_convert(args: argparse.Namespace) -> int:
@@ -239,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--languages", default="en,de,fr,ru", help="comma list")
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
+    tw.add_argument("--views", default=None,
+                    help="comma list of views to write, e.g. video,video_features,video_qa "
+                         "('default': the image and text views, the default; 'all')")  # fmt: skip
     tw.set_defaults(fn=_data_toyworld)
 
     for name, help_ in [
