@@ -149,8 +149,9 @@ def frame_features(frames_THWC: np.ndarray) -> np.ndarray:
     shape, size) and roughly where survive, then a fixed seeded Gaussian projection of the
     1024 pooled values to 256. Linear after the CNN: a linear model of the features is one of
     the pooled map. Computed in float32 (float64 would triple the video views' time), one clip
-    at a time, so the bytes do not depend on batching; like the mp4 bytes, which embed the
-    codec's version, they may differ in the last float16 bit on another CPU or torch build.
+    at a time on one thread, so the bytes depend neither on batching nor on threads; like the
+    mp4 bytes, which embed the codec's version, they may differ in the last float16 bit on
+    another CPU or torch build.
     H and W must be multiples of 16 (the map's side must split into 4 cells).
     """
     import torch  # lazily, as in roi_features
@@ -162,9 +163,16 @@ def frame_features(frames_THWC: np.ndarray) -> np.ndarray:
         raise ValueError(f"frame size must be a multiple of 16, got {h}x{w}")
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
     x = (x - torch.tensor(BACKGROUND, dtype=torch.float32).view(1, 3, 1, 1)) / 64
-    with torch.no_grad():
-        for kernel, stride in zip(_frame_cnn(), (2, 2, 1)):
-            x = torch.relu(conv2d(x, kernel, stride=stride, padding=1))
-        cells = avg_pool2d(x, (x.shape[2] // _FRAME_GRID, x.shape[3] // _FRAME_GRID))
-        feats = cells.reshape(t, -1) @ _frame_cnn()[-1]  # [T, 64 * 4 * 4] -> [T, F]
+    # One thread: for a few small frames a pool costs more than it brings (on a busy machine,
+    # many times more), and the bytes do not depend on the caller's setting.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for kernel, stride in zip(_frame_cnn(), (2, 2, 1)):
+                x = torch.relu(conv2d(x, kernel, stride=stride, padding=1))
+            cells = avg_pool2d(x, (x.shape[2] // _FRAME_GRID, x.shape[3] // _FRAME_GRID))
+            feats = cells.reshape(t, -1) @ _frame_cnn()[-1]  # [T, 64 * 4 * 4] -> [T, F]
+    finally:
+        torch.set_num_threads(threads)
     return feats.numpy().astype(np.float16)

@@ -213,9 +213,8 @@ def object_states(clip: Clip) -> list[list[Obj | None]]:
                 (a * (n - k) + b * k) / n
                 for a, b in ((obj.x, end.x), (obj.y, end.y), (obj.r, end.r))
             )
-            row.append(
-                dataclasses.replace(obj, x=x, y=y, r=r, size=end.size if k == n else obj.size)
-            )
+            size = min(SIZES, key=lambda z: abs(SIZES[z] - r))  # n is odd: never half-way
+            row.append(dataclasses.replace(obj, x=x, y=y, r=r, size=size))
         out.append(row)
     return out
 
