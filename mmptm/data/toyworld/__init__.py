@@ -81,6 +81,7 @@ from mmptm.data.toyworld.detector import (
     FRAME_FEATURES,
     detect,
     frame_features,
+    one_thread,
     roi_features,
 )
 from mmptm.data.toyworld.language import (
@@ -115,6 +116,7 @@ from mmptm.data.toyworld.motion import (
     render_clip,
     reverse_clip,
     sample_clip,
+    scene_clip,
     video_qa_record,
     video_questions,
 )
@@ -164,6 +166,7 @@ from mmptm.data.toyworld.vqa import ANSWER_TYPES, VqaQuestion, vqa_file_names, v
 # The ``X as X`` imports above re-export names outside __all__ that were importable from here
 # before the split (the tests use some).
 __all__ = [
+    "ALL_VIEWS",
     "ANSWER_TYPES",
     "CLIP_FPS",
     "CLIP_FRAMES",
@@ -212,6 +215,7 @@ __all__ = [
     "nli_text",
     "object_box",
     "object_states",
+    "one_thread",
     "relation",
     "relations",
     "render",
@@ -220,6 +224,7 @@ __all__ = [
     "roi_features",
     "sample_clip",
     "sample_scene",
+    "scene_clip",
     "scene_record",
     "state",
     "statements",

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -149,9 +150,9 @@ def frame_features(frames_THWC: np.ndarray) -> np.ndarray:
     shape, size) and roughly where survive, then a fixed seeded Gaussian projection of the
     1024 pooled values to 256. Linear after the CNN: a linear model of the features is one of
     the pooled map. Computed in float32 (float64 would triple the video views' time), one clip
-    at a time on one thread, so the bytes depend neither on batching nor on threads; like the
-    mp4 bytes, which embed the codec's version, they may differ in the last float16 bit on
-    another CPU or torch build.
+    at a time on one thread (see :func:`one_thread`), so the bytes depend neither on batching
+    nor on threads; like the mp4 bytes, which embed the codec's version, they may differ in
+    the last float16 bit on another CPU or torch build.
     H and W must be multiples of 16 (the map's side must split into 4 cells).
     """
     import torch  # lazily, as in roi_features
@@ -163,16 +164,29 @@ def frame_features(frames_THWC: np.ndarray) -> np.ndarray:
         raise ValueError(f"frame size must be a multiple of 16, got {h}x{w}")
     x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
     x = (x - torch.tensor(BACKGROUND, dtype=torch.float32).view(1, 3, 1, 1)) / 64
-    # One thread: for a few small frames a pool costs more than it brings (on a busy machine,
-    # many times more), and the bytes do not depend on the caller's setting.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.no_grad():
-            for kernel, stride in zip(_frame_cnn(), (2, 2, 1)):
-                x = torch.relu(conv2d(x, kernel, stride=stride, padding=1))
-            cells = avg_pool2d(x, (x.shape[2] // _FRAME_GRID, x.shape[3] // _FRAME_GRID))
-            feats = cells.reshape(t, -1) @ _frame_cnn()[-1]  # [T, 64 * 4 * 4] -> [T, F]
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), torch.no_grad():
+        for kernel, stride in zip(_frame_cnn(), (2, 2, 1)):
+            x = torch.relu(conv2d(x, kernel, stride=stride, padding=1))
+        cells = avg_pool2d(x, (x.shape[2] // _FRAME_GRID, x.shape[3] // _FRAME_GRID))
+        feats = cells.reshape(t, -1) @ _frame_cnn()[-1]  # [T, 64 * 4 * 4] -> [T, F]
     return feats.numpy().astype(np.float16)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside: the bytes of frame_features depend on no setting.
+
+    For a few small frames a thread pool costs more than it brings (on a busy machine many
+    times more); resizing the pool is not free either, so a loop over many clips should run
+    inside one ``with one_thread():`` (nested ones do nothing).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)

@@ -161,7 +161,11 @@ def _snap(v: float) -> float:
 
 def sample_clip(seed: int, split: str, index: int) -> Clip:
     """Clip ``index`` of ``split``: scene ``index``'s layout and 1-2 events on distinct objects."""
-    scene = sample_scene(seed, split, index)
+    return scene_clip(sample_scene(seed, split, index))
+
+
+def scene_clip(scene: Scene) -> Clip:
+    """The clip of a scene from :func:`sample_scene` (what :func:`sample_clip` returns)."""
     # on a 2**-16 grid, x + MOVE - MOVE == x: the reversed clip ends where this one starts
     grid = [dataclasses.replace(o, x=_snap(o.x), y=_snap(o.y)) for o in scene.objects]
     scene = dataclasses.replace(scene, objects=tuple(grid))

@@ -22,14 +22,14 @@ import numpy as np
 
 from mmptm.data.converters import XNLI_COLUMNS, convert_xnli
 from mmptm.data.shards import ShardWriter
-from mmptm.data.toyworld.detector import _detections, frame_features
+from mmptm.data.toyworld.detector import _detections, frame_features, one_thread
 from mmptm.data.toyworld.language import captions, describe, nli_pairs, nli_text, statements
 from mmptm.data.toyworld.motion import (
     CLIP_FPS,
     Clip,
     clip_record,
     render_clip,
-    sample_clip,
+    scene_clip,
     video_qa_record,
     video_questions,
 )
@@ -278,7 +278,8 @@ def _clip_media(
     Frames are rendered once and dropped after encoding: a split's frames would not fit in
     memory comfortably. Features are taken from the rendered frames, not the lossy mp4.
     """
-    return tuple(_one_clip(s, image_size, languages, mp4, features) for s in scenes)
+    with one_thread():
+        return tuple(_one_clip(s, image_size, languages, mp4, features) for s in scenes)
 
 
 def _one_clip(
@@ -286,7 +287,7 @@ def _one_clip(
 ) -> _ClipMedia:
     from mmptm.modalities.video import encode_video
 
-    clip = sample_clip(scene.seed, scene.split, scene.index)
+    clip = scene_clip(scene)
     frames = render_clip(clip, image_size)
     npy = None
     if features:
