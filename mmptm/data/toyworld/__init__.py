@@ -320,9 +320,10 @@ def generate(
     (train captions, one per line) and ``manifest.json`` (written last, so its presence means
     the data set is complete).
 
-    ``views``: which to write, from :data:`ALL_VIEWS` (default: :data:`VIEWS`, the video
-    views are opt-in). Views an earlier run wrote into ``out_dir`` with the same settings stay
-    in the manifest.
+    ``views``: which to write, from :data:`ALL_VIEWS` (default: :data:`VIEWS`; the video
+    views ``video``, ``video_features`` and ``video_qa``, each ``{view}/{split}-%06d.tar``,
+    are opt-in and add a ``video`` section to the manifest). Views an earlier run wrote into
+    ``out_dir`` with the same settings stay in the manifest.
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)

@@ -357,12 +357,10 @@ def _ask_direction(rng: np.random.Generator, clip: Clip) -> _Posed | None:
     if not moves:
         return None
     e = _pick(rng, moves)
-    answer = _DIRECTIONS[e.kind]
-    mistakes = [_DIRECTIONS[REVERSE[e.kind]]] + [
-        d
-        for d in ("left", "right", "up", "down")
-        if d not in (answer, _DIRECTIONS[REVERSE[e.kind]])
-    ]
+    answer, opposite = _DIRECTIONS[e.kind], _DIRECTIONS[REVERSE[e.kind]]
+    # _annotate draws mistakes uniformly: the opposite (as if played backwards) is half of them
+    others = [d for d in _DIRECTIONS.values() if d not in (answer, opposite)]
+    mistakes = [opposite, opposite, *others]
     obj = clip.scene.objects[e.object]
     return (
         f"Which way does the {_name(obj)} move?",
