@@ -1,6 +1,7 @@
 """``mmptm``: the command line. Thin: each sub-command parses arguments and calls the library.
 
-mmptm data toyworld --out DIR [--n-train N ...]
+mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,video_qa]
+mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
@@ -30,10 +31,22 @@ def _data_toyworld(args: argparse.Namespace) -> int:
         languages=tuple(args.languages.split(",")),
         image_size=args.image_size,
         shard_size=args.shard_size,
+        views=_views(args.views, toyworld.VIEWS, toyworld.ALL_VIEWS),
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
     return 0
+
+
+def _views(spec: str | None, default: dict, every: dict) -> tuple[str, ...] | None:
+    """--views: a comma list; "default" stands for the default views, "all" for every view."""
+    if not spec:
+        return None
+    out: list[str] = []
+    for name in spec.split(","):
+        names = {"default": list(default), "all": list(every)}.get(name.strip(), [name.strip()])
+        out += [n for n in names if n not in out]
+    return tuple(out)
 
 
 def _data_convert(args: argparse.Namespace) -> int:
@@ -77,6 +90,27 @@ def _data_convert(args: argparse.Namespace) -> int:
             args.input[0], args.out, split=args.split, language=args.lang,
             shard_size=args.shard_size,
         )  # fmt: skip
+    print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
+    return 0
+
+
+def _data_video(args: argparse.Namespace) -> int:
+    from mmptm.data import converters_video as cv
+
+    if args.dataset == "msrvtt":
+        stats = cv.convert_msrvtt(
+            args.videos, args.annotations, args.out, split=args.split, keys=args.keys,
+            shard_size=args.shard_size,
+        )  # fmt: skip
+    elif args.dataset == "videos":
+        stats = cv.convert_video_csv(
+            args.csv, args.video_dir, args.out, split=args.split, shard_size=args.shard_size,
+            probe=not args.no_probe,
+        )  # fmt: skip
+    else:
+        stats = cv.convert_video_features(
+            args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size
+        )
     print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
     return 0
 
@@ -256,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--languages", default="en,de,fr,ru", help="comma list")
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
+    tw.add_argument("--views", default=None,
+                    help="comma list of views to write, e.g. video,video_features,video_qa "
+                         "('default': the image and text views, the default; 'all')")  # fmt: skip
     tw.set_defaults(fn=_data_toyworld)
 
     for name, help_ in [
@@ -279,6 +316,32 @@ def build_parser() -> argparse.ArgumentParser:
             note = " (xnli: keep only this language)" if name == "xnli" else ""
             c.add_argument("--lang", required=name == "text", default=None, help="code" + note)
         c.set_defaults(fn=_data_convert)
+
+    ms = data_sub.add_parser("msrvtt", help="MSR-VTT annotation JSON + video folder")
+    ms.add_argument("--videos", required=True, help="folder of <video_id>.mp4")
+    ms.add_argument("--annotations", required=True, help="e.g. train_val_videodatainfo.json")
+    ms.add_argument("--out", required=True)
+    ms.add_argument("--split", default="all", choices=["train", "val", "test", "all"])
+    ms.add_argument("--keys", "--test-keys", dest="keys", default=None,
+                    help="only these video ids, one a line (e.g. the 1k-A test list)")  # fmt: skip
+    ms.add_argument("--shard-size", type=int, default=1000)
+    ms.set_defaults(fn=_data_video)
+    vc = data_sub.add_parser("videos", help="caption CSV (file,caption[,language,split])")
+    vc.add_argument("--csv", required=True)
+    vc.add_argument("--video-dir", required=True)
+    vc.add_argument("--out", required=True)
+    vc.add_argument("--split", default="train")
+    vc.add_argument("--shard-size", type=int, default=1000)
+    vc.add_argument("--no-probe", action="store_true",
+                    help="do not check that PyAV decodes each file's first frame")  # fmt: skip
+    vc.set_defaults(fn=_data_video)
+    vf = data_sub.add_parser("video-features", help="caption CSV + per-video .npy [T,F]")
+    vf.add_argument("--csv", required=True)
+    vf.add_argument("--features-dir", required=True)
+    vf.add_argument("--out", required=True)
+    vf.add_argument("--split", default="train")
+    vf.add_argument("--shard-size", type=int, default=1000)
+    vf.set_defaults(fn=_data_video)
 
     an = data_sub.add_parser("answers", help="VQA answer vocabulary from training shards")
     an.add_argument("--input", nargs="+", required=True, help="VQA shards")

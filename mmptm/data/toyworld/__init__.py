@@ -30,6 +30,17 @@ Views, each written for every split and requested language:
   regions as a BUTD TSV (tested; the TSV drops only ``probs``). Written directly, which
   spares putting every image on disk just to read it back.
 
+Video views, written only when asked for (``generate(views=...)``; see
+:mod:`~mmptm.data.toyworld.motion`): each scene becomes an 8-frame clip (8 fps) in which one
+or two of its shapes move, grow or shrink, appear or disappear, one after the other.
+
+- ``video``: video2dataset-style ``mp4`` + ``txt`` + ``json`` (captions, ``reversed_captions``
+  = the clip played backwards, the events, per-frame boxes)
+- ``video_features``: the same samples with ``npy`` [8, 256] float16 per-frame features
+  (:func:`frame_features`: the detector's CNN over the whole frame, pooled over a 4x4 grid,
+  randomly projected) instead of ``mp4``
+- ``video_qa``: 2-3 English questions per clip in the VQA layout (``mp4`` + ``json``)
+
 Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
 depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
 
@@ -45,13 +56,18 @@ Modules, in pipeline order:
   (:func:`roi_features`, :func:`detect`)
 - :mod:`~mmptm.data.toyworld.vqa`: VQA questions and annotators' answers
   (:func:`vqa_questions`), the VQA v2 files' names and contents
-- :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS`, the shard writers, :class:`ViewSettings`
+- :mod:`~mmptm.data.toyworld.motion`: clips (:class:`Clip`, :class:`Event`,
+  :func:`sample_clip`, :func:`reverse_clip`, :func:`render_clip`), their captions
+  (:func:`narrate`) and questions (:func:`video_questions`)
+- :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS` and :data:`VIDEO_VIEWS`, the shard
+  writers, :class:`ViewSettings`
 - this package: :func:`generate` and the manifest; every name above is re-exported here
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -62,7 +78,10 @@ from mmptm.data.toyworld.detector import (
     _ROI_SIZE,
     DETECTOR_FEATURES,
     DETECTOR_SEED,
+    FRAME_FEATURES,
     detect,
+    frame_features,
+    one_thread,
     roi_features,
 )
 from mmptm.data.toyworld.language import (
@@ -81,6 +100,25 @@ from mmptm.data.toyworld.language import (
     nli_text,
     state,
     statements,
+)
+from mmptm.data.toyworld.motion import (
+    CLIP_FPS,
+    CLIP_FRAMES,
+    EVENT_KINDS,
+    MOTION_LEXICON,
+    REVERSE,
+    Clip,
+    Event,
+    clip_captions,
+    clip_record,
+    narrate,
+    object_states,
+    render_clip,
+    reverse_clip,
+    sample_clip,
+    scene_clip,
+    video_qa_record,
+    video_questions,
 )
 from mmptm.data.toyworld.scene import BACKGROUND as BACKGROUND
 from mmptm.data.toyworld.scene import (
@@ -110,6 +148,7 @@ from mmptm.data.toyworld.scene import N_OBJECTS_P as N_OBJECTS_P
 from mmptm.data.toyworld.scene import NOISE as NOISE
 from mmptm.data.toyworld.scene import SUPERSAMPLE as SUPERSAMPLE
 from mmptm.data.toyworld.views import (
+    VIDEO_VIEWS,
     VIEWS,
     ViewOutput,
     ViewSettings,
@@ -127,23 +166,33 @@ from mmptm.data.toyworld.vqa import ANSWER_TYPES, VqaQuestion, vqa_file_names, v
 # The ``X as X`` imports above re-export names outside __all__ that were importable from here
 # before the split (the tests use some).
 __all__ = [
+    "ALL_VIEWS",
     "ANSWER_TYPES",
+    "CLIP_FPS",
+    "CLIP_FRAMES",
     "COLORS",
     "DETECTOR_FEATURES",
     "DETECTOR_SEED",
+    "EVENT_KINDS",
+    "FRAME_FEATURES",
     "GENERATOR_VERSION",
     "LANGUAGES",
     "LEXICON",
     "LOCATIONS",
     "MAX_STATEMENTS",
+    "MOTION_LEXICON",
     "NLI_LABELS",
     "OPPOSITE",
     "RELATIONS",
+    "REVERSE",
     "SHAPES",
     "SIZES",
     "SPLITS",
+    "VIDEO_VIEWS",
     "VIEWS",
     "Claim",
+    "Clip",
+    "Event",
     "NliPair",
     "Obj",
     "Scene",
@@ -151,31 +200,53 @@ __all__ = [
     "ViewSettings",
     "VqaQuestion",
     "captions",
+    "clip_captions",
+    "clip_record",
     "describe",
     "detect",
     "encode_jpeg",
     "facts",
+    "frame_features",
     "generate",
     "lexicon_forms",
     "location",
+    "narrate",
     "nli_pairs",
     "nli_text",
     "object_box",
+    "object_states",
+    "one_thread",
     "relation",
     "relations",
     "render",
+    "render_clip",
+    "reverse_clip",
     "roi_features",
+    "sample_clip",
     "sample_scene",
+    "scene_clip",
     "scene_record",
     "state",
     "statements",
+    "video_qa_record",
+    "video_questions",
     "vqa_file_names",
     "vqa_questions",
 ]
 
+log = logging.getLogger(__name__)
+#: every view generate() can write; by default it writes VIEWS
+ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS}
+# manifest fields that must match for an earlier run's views to be kept beside this run's
+_SAME_DATA = ("generator", "version", "seed", "languages", "image_size", "shard_size", "counts")
+
 
 def _check_args(
-    counts: dict[str, int], languages: Sequence[str], image_size: int, shard_size: int
+    counts: dict[str, int],
+    languages: Sequence[str],
+    image_size: int,
+    shard_size: int,
+    views: Sequence[str],
 ) -> None:
     for split, n in counts.items():
         if n < 0:
@@ -191,6 +262,38 @@ def _check_args(
         raise ValueError(f"image_size must be >= 16, got {image_size}")
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
+    unknown = [v for v in views if v not in ALL_VIEWS]
+    if unknown or not views:
+        raise ValueError(f"unknown or no view(s) {unknown}; choices: {', '.join(ALL_VIEWS)}")
+    if len(set(views)) != len(views):
+        raise ValueError(f"views repeat: {list(views)}")
+    if set(views) & set(VIDEO_VIEWS) and image_size % 16:
+        # 4:2:0 video needs even sides; frame_features' 4x4 grid of a quarter-size map, 16
+        raise ValueError(f"video views need image_size a multiple of 16, got {image_size}")
+
+
+def _earlier_views(path: Path, manifest: dict[str, Any], views: Sequence[str]) -> dict:
+    """The manifest entries of views an earlier run wrote into the same data set.
+
+    Kept only if that run used the same settings (seed, counts, ...): else its files describe
+    another data set, and are left out with a warning.
+    """
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    if not isinstance(old, dict) or not isinstance(old.get("shards"), dict):
+        return {}
+    others = [v for v in old["shards"] if v in ALL_VIEWS and v not in views]
+    if not others:
+        return {}
+    if any(old.get(k) != manifest[k] for k in _SAME_DATA):
+        log.warning("%s: dropping views %s of an earlier run with other settings", path, others)
+        return {}
+    return {
+        field: {v: old[field][v] for v in others if v in old.get(field, {})}
+        for field in ("shards", "samples", "by_language")
+    }
 
 
 def generate(
@@ -203,6 +306,7 @@ def generate(
     languages: Sequence[str] = ("en", "de", "fr", "ru"),
     image_size: int = 64,
     shard_size: int = 1000,
+    views: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
@@ -215,18 +319,25 @@ def generate(
     ``vqa/v2_toyworld_{split}_annotations.json``, ``text/{lang}.txt``
     (train captions, one per line) and ``manifest.json`` (written last, so its presence means
     the data set is complete).
+
+    ``views``: which to write, from :data:`ALL_VIEWS` (default: :data:`VIEWS`; the video
+    views ``video``, ``video_features`` and ``video_qa``, each ``{view}/{split}-%06d.tar``,
+    are opt-in and add a ``video`` section to the manifest). Views an earlier run wrote into
+    ``out_dir`` with the same settings stay in the manifest.
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)
-    _check_args(counts, languages, image_size, shard_size)
+    views = tuple(VIEWS) if views is None else tuple(views)
+    _check_args(counts, languages, image_size, shard_size, views)
     out = Path(out_dir)
-    cfg = ViewSettings(languages=languages, image_size=image_size)
-    shards: dict[str, dict[str, list[str]]] = {view: {} for view in VIEWS}
-    samples: dict[str, dict[str, int]] = {view: {} for view in VIEWS}
+    cfg = ViewSettings(languages=languages, image_size=image_size, views=views)
+    shards: dict[str, dict[str, list[str]]] = {view: {} for view in views}
+    samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
     for split, n in counts.items():
         scenes = [sample_scene(seed, split, i) for i in range(n)]
-        for view, write in VIEWS.items():
+        for view in views:
+            write = ALL_VIEWS[view]
             view_out = ViewOutput(out / view, split, shard_size)
             write(scenes, view_out, cfg)
             written = {Path(p) for paths in view_out.shards.values() for p in paths}
@@ -288,5 +399,18 @@ def generate(
             "answer_types": list(ANSWER_TYPES),
         },
     }
+    earlier = _earlier_views(out / "manifest.json", manifest, views)
+    for field in ("shards", "samples", "by_language"):
+        merged = {**earlier.get(field, {}), **manifest[field]}
+        manifest[field] = {v: merged[v] for v in ALL_VIEWS if v in merged}
+    if set(manifest["shards"]) & set(VIDEO_VIEWS):
+        manifest["video"] = {
+            "frames": CLIP_FRAMES,
+            "fps": CLIP_FPS,
+            "container": "mp4",
+            "event_kinds": list(EVENT_KINDS),
+            "feature_dim": FRAME_FEATURES,
+            "qa_languages": ["en"],
+        }
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import io
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from mmptm.data.toyworld.scene import SHAPES, Scene, _jpegs, object_box
+from mmptm.data.toyworld.scene import BACKGROUND, SHAPES, Scene, _jpegs, object_box
 from mmptm.modalities.regions import regions_npz_bytes
 
 DETECTOR_SEED = 0  # one fixed "detector" for every data seed, as in practice
@@ -117,3 +118,75 @@ def detect(scenes: Sequence[Scene], image_size: int) -> list[dict[str, Any]]:
 def _detections(scenes: tuple[Scene, ...], image_size: int) -> tuple[tuple[bytes, bytes], ...]:
     """(jpg, regions.npz) per scene; cached because the regions and vqa views both need them."""
     return tuple((r["jpg"], regions_npz_bytes(r)) for r in detect(scenes, image_size))
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole frames (the video_features view)
+
+FRAME_FEATURES = 256
+_FRAME_GRID = 4  # the CNN's map is average-pooled over a 4x4 grid of cells
+_FRAME_STREAM = 8  # entropy word of the projection (with DETECTOR_SEED)
+
+
+@lru_cache(maxsize=1)
+def _frame_cnn() -> tuple[Any, ...]:
+    """The CNN's kernels, then a fixed Gaussian map from the pooled grid (64 channels x 16
+    cells) to FRAME_FEATURES, as float32 tensors."""
+    import torch
+
+    rng = np.random.default_rng([DETECTOR_SEED, _FRAME_STREAM])
+    n_in = DETECTOR_FEATURES * _FRAME_GRID**2
+    projection = rng.standard_normal((n_in, FRAME_FEATURES)) / np.sqrt(n_in)
+    return tuple(torch.from_numpy(w).float() for w in (*_cnn_weights(), projection))
+
+
+def frame_features(frames_THWC: np.ndarray) -> np.ndarray:
+    """Per-frame features [T, FRAME_FEATURES] (float16) of uint8 frames [T,H,W,3].
+
+    The RoI features' frozen CNN run over the whole frame minus the background colour (a still
+    camera's background model: an empty frame gives zeros, and objects add to the features
+    wherever they are, so a linear model can follow them), its map (64 channels at a quarter
+    of the resolution) average-pooled over a 4x4 grid of cells, so what is drawn (colour,
+    shape, size) and roughly where survive, then a fixed seeded Gaussian projection of the
+    1024 pooled values to 256. Linear after the CNN: a linear model of the features is one of
+    the pooled map. Computed in float32 (float64 would triple the video views' time), one clip
+    at a time on one thread (see :func:`one_thread`), so the bytes depend neither on batching
+    nor on threads; like the mp4 bytes, which embed the codec's version, they may differ in
+    the last float16 bit on another CPU or torch build.
+    H and W must be multiples of 16 (the map's side must split into 4 cells).
+    """
+    import torch  # lazily, as in roi_features
+    from torch.nn.functional import avg_pool2d, conv2d
+
+    frames = np.asarray(frames_THWC)
+    t, h, w, _ = frames.shape
+    if h % (4 * _FRAME_GRID) or w % (4 * _FRAME_GRID):
+        raise ValueError(f"frame size must be a multiple of 16, got {h}x{w}")
+    x = torch.from_numpy(np.ascontiguousarray(frames)).permute(0, 3, 1, 2).float()
+    x = (x - torch.tensor(BACKGROUND, dtype=torch.float32).view(1, 3, 1, 1)) / 64
+    with one_thread(), torch.no_grad():
+        for kernel, stride in zip(_frame_cnn(), (2, 2, 1)):
+            x = torch.relu(conv2d(x, kernel, stride=stride, padding=1))
+        cells = avg_pool2d(x, (x.shape[2] // _FRAME_GRID, x.shape[3] // _FRAME_GRID))
+        feats = cells.reshape(t, -1) @ _frame_cnn()[-1]  # [T, 64 * 4 * 4] -> [T, F]
+    return feats.numpy().astype(np.float16)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread inside: the bytes of frame_features depend on no setting.
+
+    For a few small frames a thread pool costs more than it brings (on a busy machine many
+    times more); resizing the pool is not free either, so a loop over many clips should run
+    inside one ``with one_thread():`` (nested ones do nothing).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
