@@ -34,6 +34,7 @@ Legend: T frames, H×W pixels, C = 3 colour channels, B batch.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import random
@@ -257,6 +258,15 @@ def decode_clip(
         raise ValueError(f"cannot decode the clip: {e}") from None
 
 
+@functools.cache
+def _scaler() -> Any:
+    """This process's FFmpeg scaler: it keeps its set-up (filter tables) between frames of
+    one shape, which ``frame.to_ndarray(width=...)`` rebuilds on every call (10× slower)."""
+    from av.video.reformatter import VideoReformatter
+
+    return VideoReformatter()
+
+
 def _decode_at(
     container: Any,
     stream: Any,
@@ -277,6 +287,7 @@ def _decode_at(
     scale = size / min(W, H)
     w, h = max(size, round(W * scale)), max(size, round(H * scale))
     top, left = (h - size) // 2, (w - size) // 2
+    scaler = _scaler()
     out: list[np.ndarray] = []
     last: list[Any] = []  # the last frame decoded (a clip may end before its metadata say)
 
@@ -284,9 +295,9 @@ def _decode_at(
         stats.decoded += 1
         pts = frame.pts if frame.pts is not None else targets[len(out)]
         if targets[len(out)] <= pts + half:
-            rgb = frame.to_ndarray(
-                width=w, height=h, format="rgb24", interpolation=_SWS[interpolation]
-            )
+            rgb = scaler.reformat(
+                frame, width=w, height=h, format="rgb24", interpolation=_SWS[interpolation]
+            ).to_ndarray()
             rgb = rgb[top : top + size, left : left + size]
             while len(out) < len(targets) and targets[len(out)] <= pts + half:
                 out.append(rgb)
