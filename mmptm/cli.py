@@ -3,6 +3,7 @@
 mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,video_qa]
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
+mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm demo [--out runs/demo] [key=value ...]
@@ -156,6 +157,19 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     print(f"tokenizer → {args.out}.model: {tok}")
+    return 0
+
+
+def _units_fit(args: argparse.Namespace) -> int:
+    from mmptm.data.units import fit_codebook
+
+    record = fit_codebook(
+        args.shards, args.out, member=args.member, k=args.k or 0, levels=args.levels,
+        branch=args.branch or 0, max_vectors=args.max_vectors, iters=args.iters,
+        seed=args.seed, device=args.device, progress=not args.no_progress,
+    )  # fmt: skip
+    shown = {k: v for k, v in record.items() if k != "shards"}
+    print(f"codebook → {args.out} ({Path(args.out).with_suffix('.json')}): {json.dumps(shown)}")
     return 0
 
 
@@ -368,6 +382,22 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
     tt.add_argument("--seed", type=int, default=0)
     tt.set_defaults(fn=_tokenizer_train)
+
+    un = sub.add_parser("units", help="codebooks of discrete units (visual words, HuBERT)")
+    un_sub = un.add_subparsers(dest="action", required=True)
+    uf = un_sub.add_parser("fit", help="k-means (flat or hierarchical) over [T,F] members")
+    uf.add_argument("--shards", required=True, help="shard spec (glob, brace, dir, commas)")
+    uf.add_argument("--member", default="npy", help="the [T,F] array member")
+    uf.add_argument("--k", type=int, default=None, help="centroids (flat k-means)")
+    uf.add_argument("--levels", type=int, default=1, help="hierarchical: depth (K = B^L)")
+    uf.add_argument("--branch", type=int, default=None, help="hierarchical: splits per node")
+    uf.add_argument("--max-vectors", type=int, default=0, help="uniform sample (0 = all)")
+    uf.add_argument("--iters", type=int, default=100, help="most Lloyd steps per k-means")
+    uf.add_argument("--seed", type=int, default=0)
+    uf.add_argument("--device", default="cpu")
+    uf.add_argument("--no-progress", action="store_true")
+    uf.add_argument("--out", required=True, help="codebook .npy; a .json sidecar beside it")
+    uf.set_defaults(fn=_units_fit)
 
     pt = sub.add_parser("pretrain", help="pre-train from a YAML recipe")
     pt.add_argument("config")

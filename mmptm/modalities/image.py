@@ -21,7 +21,8 @@ from PIL import Image
 from mmptm.modalities.base import DataContext, Modality, Sample, find_member
 from mmptm.registry import MODALITIES
 
-_RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+#: PIL filter by ``interpolation`` setting (the image and video plug-ins)
+RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
 
 
 @MODALITIES.register("image")
@@ -47,16 +48,8 @@ class ImageData(Modality):
     def __init__(self, cfg: Config, *, views: Sequence[str], context: DataContext) -> None:
         super().__init__(cfg, views=views, context=context)
         where = "data.modalities.image"
-        if cfg.size < 1:
-            raise ValueError(f"{where}.size is unset: no encoder declared the image size")
-        if len(cfg.mean) != 3 or len(cfg.std) != 3 or min(cfg.std) <= 0:
-            raise ValueError(f"{where}: mean and std need 3 values (std > 0), got {cfg}")
-        if cfg.interpolation not in _RESAMPLE:
-            raise ValueError(f"{where}.interpolation must be one of {sorted(_RESAMPLE)}")
-        scale = cfg.crop_scale
-        if len(scale) != 2 or not 0.0 < scale[0] <= scale[1] <= 1.0:
-            raise ValueError(f"{where}.crop_scale must be [min, max] in (0, 1], got {scale}")
-        self.cropping = scale[0] < 1.0
+        check_pixel_settings(cfg, where, "image")
+        self.cropping = cfg.crop_scale[0] < 1.0
         boxes = [v for v, need in context.needs.items() if need.modality == "regions"]
         if self.cropping and boxes:  # region boxes are relative to the whole image
             raise ValueError(f"{where}.crop_scale would move the region boxes of {boxes}")
@@ -72,21 +65,17 @@ class ImageData(Modality):
             img.load()  # decode now, so a truncated file fails here
             img = img.convert("RGB")
             if img.size != (size, size):
-                img = img.resize((size, size), _RESAMPLE[self.cfg.interpolation])
+                img = img.resize((size, size), RESAMPLE[self.cfg.interpolation])
             x_HWC = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-        x_CHW = x_HWC.view(size, size, 3).permute(2, 0, 1).float() / 255.0
-        return {self.prefix(self.views[0]) + "pixels": (x_CHW - self.mean_C11) / self.std_C11}
+        x_CHW = normalise(x_HWC.view(size, size, 3), self.mean_C11, self.std_C11)
+        return {self.prefix(self.views[0]) + "pixels": x_CHW}
 
     def augment(self, item: Sample, rng: random.Random) -> Sample:
         if not self.cropping:
             return item
         key = self.prefix(self.views[0]) + "pixels"
-        x_CHW = item[key]
-        _, H, W = x_CHW.shape
-        top, left, h, w = _crop_box(H, W, self.cfg.crop_scale, rng)
-        crop_1CHW = x_CHW[None, :, top : top + h, left : left + w]
-        mode = "bicubic" if self.cfg.interpolation == "bicubic" else "bilinear"
-        item[key] = F.interpolate(crop_1CHW, size=(H, W), mode=mode, antialias=True)[0]
+        x_1CHW = item[key][None]
+        item[key] = random_resized_crop(x_1CHW, self.cfg.crop_scale, self.cfg.interpolation, rng)[0]
         return item
 
     def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
@@ -94,7 +83,41 @@ class ImageData(Modality):
         return {key: torch.stack([s[key] for s in samples])}
 
 
-def _crop_box(
+# --------------------------------------------------------------------------------------------
+# Shared with the video plug-in (a clip is a stack of images)
+
+
+def check_pixel_settings(cfg: Any, where: str, part: str) -> None:
+    """Check ``size``, ``mean``/``std``, ``interpolation`` and ``crop_scale`` of a plug-in."""
+    if cfg.size < 1:
+        raise ValueError(f"{where}.size is unset: no encoder declared the {part} size")
+    if len(cfg.mean) != 3 or len(cfg.std) != 3 or min(cfg.std) <= 0:
+        raise ValueError(f"{where}: mean and std need 3 values (std > 0), got {cfg}")
+    if cfg.interpolation not in RESAMPLE:
+        raise ValueError(f"{where}.interpolation must be one of {sorted(RESAMPLE)}")
+    scale = cfg.crop_scale
+    if len(scale) != 2 or not 0.0 < scale[0] <= scale[1] <= 1.0:
+        raise ValueError(f"{where}.crop_scale must be [min, max] in (0, 1], got {scale}")
+
+
+def normalise(x_NHWC: torch.Tensor, mean_C11: torch.Tensor, std_C11: torch.Tensor) -> torch.Tensor:
+    """uint8 RGB ``[..., H, W, 3]`` → float ``[..., 3, H, W]``, scaled to [0, 1] and normalised."""
+    x_NCHW = x_NHWC.movedim(-1, -3).float() / 255.0
+    return (x_NCHW - mean_C11) / std_C11
+
+
+def random_resized_crop(
+    x_NCHW: torch.Tensor, scale: Sequence[float], interpolation: str, rng: random.Random
+) -> torch.Tensor:
+    """One random crop (:func:`crop_box`) of all N images, resized back to H×W."""
+    H, W = x_NCHW.shape[-2:]
+    top, left, h, w = crop_box(H, W, scale, rng)
+    crop_NChw = x_NCHW[..., top : top + h, left : left + w]
+    mode = "bicubic" if interpolation == "bicubic" else "bilinear"
+    return F.interpolate(crop_NChw, size=(H, W), mode=mode, antialias=True)
+
+
+def crop_box(
     H: int, W: int, scale: Sequence[float], rng: random.Random
 ) -> tuple[int, int, int, int]:
     """(top, left, height, width) of a random resized crop (Inception / torchvision style)."""
