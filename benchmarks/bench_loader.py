@@ -9,6 +9,12 @@ times after a warm-up; the median is printed. Decoding runs in the main process 
     mmptm tokenizer train --input '/tmp/tw/mono/train-*.tar' --out /tmp/tw/tokenizer \
         --vocab-size 2000 --model-type bpe
     .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw
+    # video recipes: toyworld's video views (and a codebook for videobert_tiny)
+    mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es --views video,video_features
+    mmptm units fit --shards '/tmp/tw/video_features/train-*.tar' --k 256 \
+        --out /tmp/tw/video_features/codebook.npy
+    .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw \
+        --recipes video_clip_tiny,videobert_tiny,cbt_tiny --workers 1
 """
 
 from __future__ import annotations
@@ -39,7 +45,11 @@ def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
             f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar",
             f"data.sources.tlm.shards={data}/parallel/train-*.tar",
         ]
-    view = "image_text" if recipe in ("clip_tiny", "vilt_tiny") else "regions"
+    views = {"clip_tiny": "image_text", "vilt_tiny": "image_text", "video_clip_tiny": "video"}
+    views |= {"videobert_tiny": "video_features", "cbt_tiny": "video_features"}
+    view = views.get(recipe, "regions")
+    if recipe == "videobert_tiny":
+        over.append(f"model.encoders.units.codebook={data}/video_features/codebook.npy")
     return [*over, f"data.train={data}/{view}/train-*.tar"]
 
 

@@ -272,6 +272,12 @@ def _demo(args: argparse.Namespace) -> int:
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps, seed=args.seed,
             overrides=args.overrides,
         )  # fmt: skip
+    elif args.study == "video":
+        studies.video_study(
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else ("video_clip_tiny",),
+            n_train=args.n_train, n_test=args.n_test, steps=args.steps,
+            qa_steps=args.qa_steps, seed=args.seed, overrides=args.overrides,
+        )  # fmt: skip
     elif args.study == "vqa":
         studies.vqa_study(
             out, recipes=tuple(args.recipes.split(",")) if args.recipes else studies.VL_RECIPES,
@@ -457,9 +463,14 @@ def build_parser() -> argparse.ArgumentParser:
     xr.set_defaults(fn=_eval_xret)
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
-    de.add_argument("study", nargs="?", default="clip", choices=["clip", "multilingual", "vqa"])
+    de.add_argument(
+        "study", nargs="?", default="clip", choices=["clip", "multilingual", "vqa", "video"]
+    )
     de.add_argument("--recipes", default=None,
-                    help="vqa: comma list of VL recipes (default: all five tiny ones)")  # fmt: skip
+                    help="vqa: comma list of VL recipes (default: all five tiny ones); "
+                    "video: of video_clip_tiny, videobert_tiny, cbt_tiny")  # fmt: skip
+    de.add_argument("--qa-steps", type=int, default=0,
+                    help="video: video QA fine-tuning steps (0: no QA)")  # fmt: skip
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
     de.add_argument("--n-train", type=int, default=4000)
     de.add_argument("--n-test", type=int, default=500)

@@ -3,6 +3,10 @@
 Studies sit beside the command line and call library functions only.
 
 - ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval.
+- ``video``: toyworld video → video–text contrastive pre-training with a temporal encoder
+  and as a bag of frames → text↔video retrieval (every language) and the reversal test;
+  optionally VideoBERT and CBT (pre-extracted features) and video QA fine-tuning from
+  pre-trained weights vs. from scratch.
 - ``multilingual``: MLM-only vs MLM+TLM vs MLM+TLM+XLCO (sentence-level cross-lingual
   contrast) pre-training (same model, same steps), compared on
   cross-lingual sentence retrieval (Tatoeba protocol) and zero-shot XNLI (fine-tune on
@@ -20,8 +24,9 @@ from typing import Any
 
 from mmptm.data import toyworld
 from mmptm.data.tokenizer import train_tokenizer
+from mmptm.data.units import fit_codebook
 from mmptm.eval.classification import evaluate_sets, format_accuracy
-from mmptm.eval.retrieval import evaluate_retrieval, format_table
+from mmptm.eval.retrieval import evaluate_retrieval, evaluate_reversal, format_table
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.eval.xlingual import evaluate_xlingual
 from mmptm.models.run import load_run_config
@@ -42,11 +47,15 @@ def _prepare(
     vocab_size: int,
     views=("image_text",),
     model_type: str = "unigram",
+    write=None,
 ) -> Path:
+    """toyworld under ``out`` (the ``write`` views; default: the image and text views) and a
+    tokenizer trained on the train shards of ``views``."""
     data = out / "toyworld"
     toyworld.generate(
-        data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed, languages=languages
-    )
+        data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed, languages=languages,
+        views=write,
+    )  # fmt: skip
     shards = sorted(p for view in views for p in (data / view).glob("train-*.tar"))
     train_tokenizer(
         shards, data / "tokenizer", vocab_size=vocab_size, seed=seed, model_type=model_type
@@ -233,4 +242,132 @@ def vqa_study(
     for key, acc in result["vqa_mean"].items():
         runs = ", ".join(f"{a:.1f}" for a in result["vqa_per_seed"][key])
         print(f"  {key:<28} {acc:5.1f}   ({runs})")
+    return result
+
+
+VIDEO_RECIPES = ("video_clip_tiny", "videobert_tiny", "cbt_tiny")
+#: pre-training runs of the video study: name → (recipe, overrides)
+_VIDEO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "video_clip_tiny": ("video_clip_tiny", ()),
+    "bag of frames": ("video_clip_tiny", ("model.encoders.video.temporal_layers=0",)),
+    "videobert_tiny": ("videobert_tiny", ()),
+    "cbt_tiny": ("cbt_tiny", ()),
+}
+#: video QA fine-tuning: pre-trained run → its QA recipe (frames or features)
+_VIDEO_QA = {"video_clip_tiny": "video_qa", "cbt_tiny": "video_qa_features"}
+
+
+def video_study(
+    out: Path,
+    *,
+    recipes: tuple[str, ...] = ("video_clip_tiny",),
+    n_train: int = 4000,
+    n_test: int = 500,
+    steps: int = 0,
+    qa_steps: int = 0,
+    seed: int = 0,
+    retrieval_items: int = 500,
+    overrides=(),
+) -> dict[str, Any]:
+    """Video–text pre-training on toyworld video (``mmptm demo video``).
+
+    Each recipe pre-trains (``video_clip_tiny`` also as a bag of frames: no temporal
+    layers) and is scored on text↔video retrieval (English captions; per language for the
+    first recipe) and on the reversal test. With ``qa_steps``, video QA fine-tunes from
+    the pre-trained encoders and from scratch (same shape, same budget) for the recipes
+    that have a QA recipe (``_VIDEO_QA``). results.json is rewritten after every run.
+    """
+    unknown = [r for r in recipes if r not in VIDEO_RECIPES]
+    if unknown:
+        raise ValueError(f"video study recipes {unknown}: choices {', '.join(VIDEO_RECIPES)}")
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    write = ("video", "video_features", "video_qa") if qa_steps else ("video", "video_features")
+    data = _prepare(
+        out, n_train, n_test, seed, LANGS, 1000, views=("video",), model_type="bpe", write=write
+    )
+    codebook = data / "video_features" / "codebook.npy"
+    if "videobert_tiny" in recipes:
+        fit_codebook(f"{data}/video_features/train-*.tar", codebook, k=256, seed=seed)
+    times["data+tokenizer"] = time.perf_counter() - t
+    runs = [n for n in _VIDEO_RUNS if _VIDEO_RUNS[n][0] in recipes]
+    result: dict[str, Any] = {"retrieval": {}, "reversal": {}, "languages": {}, "video_qa": {}}
+    for name in runs:
+        recipe, extra = _VIDEO_RUNS[name]
+        view = "video_features" if recipe != "video_clip_tiny" else "video"
+        run = out / name.replace(" ", "_")
+        paths = [f"data.{split}={data}/{view}/{split}-*.tar" for split in ("train", "val", "test")]
+        if recipe == "videobert_tiny":
+            paths.append(f"model.encoders.units.codebook={codebook}")
+        t = time.perf_counter()
+        cfg = load_run_config(
+            f"configs/pretrain/{recipe}.yaml",
+            [
+                f"output_dir={run}",
+                "resume=true",
+                f"seed={seed}",
+                f"data.tokenizer={data}/tokenizer.model",
+                *paths,
+                *([f"train.max_steps={steps}"] if steps else []),
+                *extra,
+                *overrides,
+            ],
+        )  # fmt: skip
+        pretrain(cfg)
+        times[f"pretrain {name}"] = time.perf_counter() - t
+        t = time.perf_counter()
+        # ITM alone scores every pair (quadratic): fewer candidates for VideoBERT
+        items = min(retrieval_items, 200) if recipe == "videobert_tiny" else retrieval_items
+        result["retrieval"][name] = evaluate_retrieval(str(run), split="test", max_items=items)
+        result["reversal"][name] = evaluate_reversal(str(run), split="test", max_items=items)
+        if name == runs[0]:
+            for lang in LANGS:
+                over = [f"data.modalities.text.caption_languages=[{lang}]"]
+                r = evaluate_retrieval(str(run), split="test", max_items=items, overrides=over)
+                result["languages"][lang] = r
+        times[f"eval {name}"] = time.perf_counter() - t
+        result["seconds"] = times
+        (out / "results.json").write_text(json.dumps(result, indent=2))
+    if qa_steps:
+        answers = data / "video_qa" / "answers.txt"
+        vocab = build_answer_vocab(shard_answers([f"{data}/video_qa/train-*.tar"]), min_count=9)
+        write_answer_vocab(vocab, answers)
+        for name in (n for n in runs if n in _VIDEO_QA):
+            qa = _VIDEO_QA[name]
+            for how, init in (("pre-trained", []), ("from scratch", ["init_mode=architecture"])):
+                ft = out / f"{qa}_{name}_{how.replace(' ', '_')}"
+                t = time.perf_counter()
+                cfg = load_run_config(
+                    f"configs/finetune/{qa}.yaml",
+                    [f"init={out / name}", *init, f"output_dir={ft}", "resume=true",
+                     f"seed={seed}", f"train.max_steps={qa_steps}",
+                     f"data.tokenizer={data}/tokenizer.model",
+                     f"data.train={data}/video_qa/train-*.tar",
+                     f"data.val={data}/video_qa/val-*.tar",
+                     f"data.test={data}/video_qa/test-*.tar",
+                     f"model.objectives.vqa.answers={answers}"],
+                )  # fmt: skip
+                pretrain(cfg)
+                acc = evaluate_vqa(str(ft), split="test")["accuracy"]
+                result["video_qa"][f"{name} {how}"] = acc
+                times[f"video QA {name} {how}"] = time.perf_counter() - t
+                (out / "results.json").write_text(json.dumps(result, indent=2))
+    result["settings"] = {"recipes": list(recipes), "n_train": n_train, "n_test": n_test,
+                          "steps": steps, "qa_steps": qa_steps, "seed": seed}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+    n = int(next(iter(result["retrieval"].values()))["n"])
+    print(f"\ntext↔video retrieval, toyworld test split ({n} clips, English captions;")
+    print("i2t = video→text, t2i = text→video; MdR = median rank):")
+    print(format_table(result["retrieval"]))
+    print(f"\ntext→video retrieval by caption language ({runs[0]}):")
+    print(format_table(result["languages"]))
+    print("\nreversal test (own caption vs. the caption of the clip played backwards;")
+    print("a bag of frames scores 50%):")
+    for name, r in result["reversal"].items():
+        print(f"  {name:<20} {100 * r['reversal_acc']:5.1f}%")
+    if result["video_qa"]:
+        print(f"\nvideo QA accuracy (VQA soft score, %), {qa_steps} fine-tuning steps:")
+        for key, acc in result["video_qa"].items():
+            print(f"  {key:<36} {acc:5.1f}")
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     return result

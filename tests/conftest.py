@@ -15,15 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory) -> Path:
-    """toyworld (5 languages) with 96 train / 32 val / 32 test scenes in shards of 16, plus a
-    tokenizer."""
+    """toyworld (5 languages) with 96 train / 32 val / 32 test scenes in shards of 16 (every
+    view, video too), a tokenizer and a 16-unit codebook of the video features."""
+    from mmptm.data.units import fit_codebook
+
     out = tmp_path_factory.mktemp("toyworld")
     toyworld.generate(
         out, n_train=96, n_val=32, n_test=32, seed=0, image_size=32, shard_size=16,
-        languages=("en", "de", "fr", "ru", "es"),
+        languages=("en", "de", "fr", "ru", "es"), views=toyworld.ALL_VIEWS,
     )  # fmt: skip
     shards = sorted((out / "image_text").glob("train-*.tar"))
     train_tokenizer(shards, out / "tokenizer", vocab_size=400, seed=0, num_threads=1)
+    codebook = out / "video_features" / "codebook.npy"
+    fit_codebook(f"{out}/video_features/train-*.tar", codebook, k=16, seed=0)
     return out
 
 
@@ -62,6 +66,8 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:
         over += ["model.fusion.transformer.heads=2", "model.fusion.transformer.layers=2"]
+    if (model.get("encoders") or {}).get("video"):
+        over.append("model.encoders.video.image_size=32")
     image = model.get("encoders", {}).get("image")
     if image:
         over += ["model.encoders.image.image_size=32"]

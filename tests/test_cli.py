@@ -12,6 +12,8 @@ import pytest
 import torch
 from conftest import ROOT, tiny_overrides
 
+from mmptm.cli import main
+
 PY = sys.executable
 
 
@@ -87,3 +89,26 @@ def test_two_process_ddp_on_cpu(tiny_world, tmp_path):
     assert len(last) == 2
     assert last[0]["loss"] != last[1]["loss"]
     assert last[0]["grad_norm"] == pytest.approx(last[1]["grad_norm"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_demo_video_runs_every_recipe_and_video_qa(tmp_path, capsys):
+    """`mmptm demo video` end to end at toy sizes: data, codebook, three pre-trainings (and
+    the bag of frames), retrieval per language, the reversal test, video QA both ways."""
+    out = tmp_path / "demo"
+    argv = ["demo", "video", "--out", str(out), "--n-train", "32", "--n-test", "16",
+            "--steps", "3", "--qa-steps", "2",
+            "--recipes", "video_clip_tiny,videobert_tiny,cbt_tiny",
+            "--set", "data.batch_size=8", "--set", "data.num_workers=0"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    runs = {"video_clip_tiny", "bag of frames", "videobert_tiny", "cbt_tiny"}
+    assert set(result["retrieval"]) == set(result["reversal"]) == runs
+    assert set(result["languages"]) == {"en", "de", "fr", "ru", "es"}
+    assert all(0 <= r["reversal_acc"] <= 1 and r["n"] == 16 for r in result["reversal"].values())
+    assert set(result["video_qa"]) == {
+        f"{run} {how}" for run in ("video_clip_tiny", "cbt_tiny")
+        for how in ("pre-trained", "from scratch")
+    }  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "reversal test" in printed and "text↔video retrieval" in printed

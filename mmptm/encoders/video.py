@@ -127,8 +127,12 @@ class VideoFramesEncoder(Encoder):
         mean: list[float] | None = None
         std: list[float] | None = None
         freeze_backbone: bool = False
-        #: frame: one pooled backbone vector per frame; patch: every patch token of every frame
+        #: frame: one vector per frame; patch: every patch token of every frame
         tokens: Literal["frame", "patch"] = "frame"
+        #: how ``tokens: frame`` makes a frame's vector: ``pool`` (the backbone's own global
+        #: pooling: what is there, not where) or ``grid`` (the feature map, or the patch
+        #: tokens, concatenated: what is where, so motion is visible from frame to frame)
+        frame_vector: Literal["pool", "grid"] = "pool"
         #: learned spatial position embedding on the patch grid (tokens: patch)
         position_embedding: bool = True
         #: rows of the temporal position table (the longest clip this encoder accepts)
@@ -179,9 +183,11 @@ class VideoFramesEncoder(Encoder):
 
     def _features(self, pixels_NCHW: torch.Tensor) -> torch.Tensor:
         """Backbone output per image: [N,1,C] pooled (tokens: frame) or [N,P,C] patches."""
-        if self.cfg.tokens == "frame":
+        if self.cfg.tokens == "frame" and self.cfg.frame_vector == "pool":
             return self.backbone(pixels_NCHW).unsqueeze(1)  # num_classes=0: pooled features
         f = self.backbone.forward_features(pixels_NCHW)
+        if self.cfg.tokens == "frame":  # grid: [N,C,h,w] or [N,P,C] -> [N,1,C*h*w]
+            return f.flatten(1).unsqueeze(1)
         if f.ndim == 4:  # CNN map [N,C,h,w] -> tokens [N,h*w,C]
             return f.flatten(2).transpose(1, 2)
         if f.ndim == 3:  # ViT-style [N,P,C]

@@ -9,13 +9,24 @@ initialised to 1/0.07, clamped at ``max_logit_scale``). Under torch.distributed 
 features of all ranks are gathered with gradient; the default ``local_loss`` scores local
 rows against all columns, so memory stays linear in the global batch (open_clip's
 local-loss variant).
-Legend: B local batch, N global batch, E embedding width.
+
+``time_reversed_keys`` (e.g. ``[frames, frames_mask]``) adds **time-reversed negatives**
+(as TACT, Bagad et al. 2023, "Test of Time"): the data side appends, for a share
+``time_reversed_prob`` of the clips with at least two real steps, a copy played backwards
+(the real steps of every listed [B,T,...] tensor in reverse order; the one ``*_mask`` key
+gives the lengths). The loss scores each caption against them as extra negatives, so the
+caption of a clip must prefer the clip to the same frames in reverse order: in-batch
+negatives alone almost never differ in order only, and a model trained with them ignores
+time. ``time_reversed_rows`` [k] holds which rows were copied; only a dual encoder
+(modalities encoded apart) accepts the unequal row counts.
+Legend: B local batch, N global batch, E embedding width, T steps, k reversed copies.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -23,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
-from mmptm.encoders.base import init_weights
+from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
@@ -68,6 +79,46 @@ def info_nce(
     return 0.5 * (F.cross_entropy(logits_ab_BN, target_B) + F.cross_entropy(logits_ba_BN, target_B))
 
 
+#: the batch key listing which rows have a time-reversed copy appended
+REVERSED_ROWS = "time_reversed_rows"
+
+
+@dataclass
+class TimeReversed:
+    """Data side of time-reversed negatives: appends reversed copies of some clips' steps."""
+
+    data_priority: ClassVar[int] = 30  # after masking and ITM: copies of what the model sees
+
+    keys: list[str]
+    prob: float
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        masks = [k for k in self.keys if k.endswith("_mask")]
+        if len(masks) != 1:
+            raise ValueError(
+                f"contrastive.time_reversed_keys {self.keys} need exactly one *_mask key"
+            )
+        if masks[0] not in batch:  # a batch of another source of a mixture
+            return batch
+        missing = [k for k in self.keys if k not in batch]
+        if missing:
+            raise KeyError(f"contrastive.time_reversed_keys {missing} are not in the batch")
+        lengths_B = batch[masks[0]].sum(1)
+        chosen_B = (lengths_B >= 2) & (torch.rand(len(lengths_B), generator=g) < self.prob)
+        rows_K = chosen_B.nonzero().flatten()
+        T = batch[masks[0]].shape[1]
+        t_KT = torch.arange(T)[None].expand(len(rows_K), T)
+        length_K1 = lengths_B[rows_K][:, None]
+        # step t of a copy is step L-1-t of the original; padding steps stay where they are
+        src_KT = torch.where(t_KT < length_K1, length_K1 - 1 - t_KT, t_KT)
+        for k in self.keys:
+            x = batch[k]
+            index = src_KT.view(*src_KT.shape, *([1] * (x.ndim - 2))).expand(-1, -1, *x.shape[2:])
+            batch[k] = torch.cat([x, x[rows_K].gather(1, index)])
+        batch[REVERSED_ROWS] = rows_K
+        return batch
+
+
 @OBJECTIVES.register("contrastive")
 class Contrastive(Objective):
     """Projection heads per view + symmetric InfoNCE with a learnable temperature."""
@@ -89,6 +140,21 @@ class Contrastive(Objective):
         #: which vectors to align: ``pooled`` (the fusion's output; dual encoders) or
         #: ``unimodal`` (before cross-modal layers: ITC ahead of a fusion, as ALBEF)
         source: str = "pooled"
+        #: time-reversed negatives for the first view (module docstring): its [B,T,...]
+        #: keys, e.g. [frames, frames_mask]; [] = none
+        time_reversed_keys: list[str] = field(default_factory=list)
+        #: share of the clips (with >= 2 steps) that get a reversed copy
+        time_reversed_prob: float = 0.5
+
+    @classmethod
+    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> TimeReversed | None:
+        if not cfg.time_reversed_keys:
+            return None
+        if not 0.0 < cfg.time_reversed_prob <= 1.0:
+            raise ValueError(
+                f"contrastive.time_reversed_prob must be in (0, 1], got {cfg.time_reversed_prob}"
+            )
+        return TimeReversed(list(cfg.time_reversed_keys), cfg.time_reversed_prob)
 
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__()
@@ -127,11 +193,15 @@ class Contrastive(Objective):
             za_BE, zb_BE = self.embed(out, a).chunk(2)
         else:
             za_BE, zb_BE = self.embed(out, a), self.embed(out, b)
+        reversed_KE = za_BE[len(zb_BE) :]  # time-reversed copies of some clips (data side)
+        za_BE = za_BE[: len(zb_BE)]
         scale = self.scale()
         rank, world = _world()
         za_all = gather_features(za_BE, self.cfg.gather_with_grad)
         zb_all = gather_features(zb_BE, self.cfg.gather_with_grad)
-        if self.cfg.local_loss or world == 1:
+        if len(reversed_KE):  # extra columns for b → a: this rank's reversed clips
+            za_all = torch.cat([za_all, reversed_KE])
+        if self.cfg.local_loss or world == 1 or len(reversed_KE):
             loss = info_nce(
                 za_BE, zb_BE, scale, za_all_NE=za_all, zb_all_NE=zb_all, offset=rank * len(za_BE)
             )
@@ -139,4 +209,11 @@ class Contrastive(Objective):
             loss = info_nce(za_all, zb_all, scale)
         with torch.no_grad():
             acc = (za_BE @ zb_BE.T).argmax(-1) == torch.arange(len(za_BE), device=za_BE.device)
-        return {"loss": loss, "acc": acc.float().mean(), "logit_scale": scale.detach()}
+            terms = {"loss": loss, "acc": acc.float().mean(), "logit_scale": scale.detach()}
+            if len(reversed_KE):  # captions that prefer their clip to its reversed copy
+                rows_K = batch[REVERSED_ROWS].to(zb_BE.device)
+                own_K = (zb_BE[rows_K] * za_BE[rows_K]).sum(-1)
+                terms["reversal_acc"] = (
+                    (own_K > (zb_BE[rows_K] * reversed_KE).sum(-1)).float().mean()
+                )
+        return terms

@@ -359,3 +359,44 @@ def test_two_process_gather_with_grad_gives_global_gradient(tmp_path, monkeypatc
         assert ranks[r]["global_form_loss"].item() == pytest.approx(
             ref["model_loss"].item(), rel=1e-5
         )
+
+
+def test_time_reversed_copies_reverse_the_real_steps_only() -> None:
+    from mmptm.objectives.contrastive import REVERSED_ROWS, TimeReversed
+
+    lengths = [3, 1, 4]
+    mask = torch.tensor([[t < n for t in range(4)] for n in lengths])
+    steps = torch.tensor([[10 * b + t if t < n else -1 for t in range(4)]
+                          for b, n in enumerate(lengths)])  # fmt: skip
+    frames = steps[:, :, None, None].float().expand(3, 4, 2, 5).clone()  # [B,T,2,5]
+    batch = {"frames": frames, "frames_mask": mask, "ids": steps}
+    out = TimeReversed(["frames", "frames_mask", "ids"], 1.0)(batch, torch.Generator())
+    # clip 1 has one real step: nothing to reverse; clips 0 and 2 are copied backwards
+    assert out[REVERSED_ROWS].tolist() == [0, 2]
+    assert out["ids"].tolist() == [
+        [0, 1, 2, -1], [10, -1, -1, -1], [20, 21, 22, 23], [2, 1, 0, -1], [23, 22, 21, 20]
+    ]  # fmt: skip
+    assert out["frames_mask"][3:].tolist() == [[True, True, True, False], [True] * 4]
+    assert torch.equal(out["frames"][3:, :, 0, 0], out["ids"][3:].float())
+    with pytest.raises(ValueError, match="exactly one"):
+        TimeReversed(["frames"], 1.0)({"frames": frames}, torch.Generator())
+
+
+def test_time_reversed_copies_are_extra_negatives_for_the_captions() -> None:
+    torch.manual_seed(0)
+    obj = Contrastive(Contrastive.Config(modalities=["video", "text"]), width=6)
+    g = torch.Generator().manual_seed(3)
+    video = torch.randn(6, 6, generator=g)  # 4 clips + reversed copies of clips 1 and 3
+    text = torch.randn(4, 6, generator=g)
+    batch = {"time_reversed_rows": torch.tensor([1, 3])}
+    res = obj(FusionOutput({}, {}, {"video": video, "text": text}), batch)
+    z = {m: F.normalize(x @ obj.proj[m].weight.detach().T, dim=-1)
+         for m, x in (("video", video), ("text", text))}  # fmt: skip
+    scale = 1 / 0.07
+    v, rev, t = z["video"][:4], z["video"][4:], z["text"]
+    target = torch.arange(4)
+    v2t = F.cross_entropy(scale * v @ t.T, target)  # clips rank the 4 captions
+    t2v = F.cross_entropy(scale * t @ torch.cat([v, rev]).T, target)  # captions rank 6 clips
+    assert res["loss"].item() == pytest.approx(0.5 * (v2t + t2v).item(), rel=1e-5)
+    own, back = (t[[1, 3]] * v[[1, 3]]).sum(-1), (t[[1, 3]] * rev).sum(-1)
+    assert res["reversal_acc"].item() == pytest.approx((own > back).float().mean().item())

@@ -301,7 +301,8 @@ def _one_clip(
 def _media(scenes: Sequence[Scene], cfg: ViewSettings) -> tuple[_ClipMedia, ...]:
     views = set(cfg.views) or set(VIDEO_VIEWS)
     mp4 = bool(views & {"video", "video_qa"})
-    return _clip_media(tuple(scenes), cfg.image_size, cfg.languages, mp4, "video_features" in views)
+    features = bool(views & {"video_features", "video_qa"})
+    return _clip_media(tuple(scenes), cfg.image_size, cfg.languages, mp4, features)
 
 
 def write_video(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
@@ -323,12 +324,14 @@ def write_video_features(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSett
 
 
 def write_video_qa(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
-    """Video QA in the VQA layout: ``mp4`` (the video view's clip) + ``json``, key = question id."""
+    """Video QA in the VQA layout: ``mp4`` (the video view's clip), ``npy`` (its features, for
+    the feature recipes) + ``json``, key = question id."""
     with out.writer() as writer:
         for m in _media(scenes, cfg):
             for q in video_questions(m.clip):
                 record = video_qa_record(m.clip, q)
-                writer.write({"__key__": str(q.question_id), "mp4": m.mp4, "json": record})
+                sample = {"__key__": str(q.question_id), "mp4": m.mp4, "npy": m.npy}
+                writer.write({**sample, "json": record})
 
 
 VIDEO_VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], None]] = {
