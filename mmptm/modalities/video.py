@@ -16,8 +16,9 @@ importing this module stays cheap) does only what the chosen frames need: target
 from the stream's metadata (duration, frame rate, time base, frame count; a clip without
 them is scanned once), packets are demultiplexed in order, a group of pictures (key frame
 and the frames that depend on it) is decoded only if it holds a target, and only up to the
-target; a gap of more than ``_SEEK_GAP_S`` seconds to the next target is jumped with
-``container.seek`` (to the key frame before it); demultiplexing stops after the last target.
+target, skipping frames no other frame refers to; a gap of more than ``_SEEK_GAP_S``
+seconds to the next target is jumped with ``container.seek`` (to the key frame before it);
+demultiplexing stops after the last target.
 Frames are resized in FFmpeg's scaler (short side to ``size``, then the centre
 ``size``×``size`` crop; the sample aspect ratio is ignored). ``crop_scale`` (training)
 crops one random box from every frame of a clip, resized back to ``size``.
