@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import random
 import statistics
 import sys
@@ -58,7 +59,9 @@ def decode_everything(data: bytes, frames: int, size: int, rng: random.Random) -
     """The peer: decode every frame (one thread), convert the chosen T ones; frames decoded."""
     import av
 
-    scaler = _scaler()  # the plug-in's cached FFmpeg scaler, so both pay the same per frame
+    scaler = _scaler(
+        os.getpid()
+    )  # the plug-in's cached FFmpeg scaler, so both pay the same per frame
     with av.open(io.BytesIO(data)) as container:
         stream = container.streams.video[0]
         n, rate = stream.frames, float(stream.average_rate)
@@ -67,7 +70,9 @@ def decode_everything(data: bytes, frames: int, size: int, rng: random.Random) -
         for i, frame in enumerate(container.decode(stream)):
             count += 1
             if i in want:
-                scaler.reformat(frame, width=size, height=size, format="rgb24").to_ndarray()
+                scaler.reformat(
+                    frame, width=size, height=size, format="rgb24", threads=1
+                ).to_ndarray()
     return count
 
 

@@ -16,8 +16,9 @@ importing this module stays cheap) does only what the chosen frames need: target
 from the stream's metadata (duration, frame rate, time base, frame count; a clip without
 them is scanned once), packets are demultiplexed in order, a group of pictures (key frame
 and the frames that depend on it) is decoded only if it holds a target, and only up to the
-target; a gap of more than ``_SEEK_GAP_S`` seconds to the next target is jumped with
-``container.seek`` (to the key frame before it); demultiplexing stops after the last target.
+target, skipping frames no other frame refers to; a gap of more than ``_SEEK_GAP_S``
+seconds to the next target is jumped with ``container.seek`` (to the key frame before it);
+demultiplexing stops after the last target.
 Frames are resized in FFmpeg's scaler (short side to ``size``, then the centre
 ``size``×``size`` crop; the sample aspect ratio is ignored). ``crop_scale`` (training)
 crops one random box from every frame of a clip, resized back to ``size``.
@@ -34,9 +35,11 @@ Legend: T frames, H×W pixels, C = 3 colour channels, B batch.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import io
 import math
+import os
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -259,9 +262,11 @@ def decode_clip(
 
 
 @functools.cache
-def _scaler() -> Any:
-    """This process's FFmpeg scaler: it keeps its set-up (filter tables) between frames of
-    one shape, which ``frame.to_ndarray(width=...)`` rebuilds on every call (10× slower)."""
+def _scaler(pid: int) -> Any:
+    """Process ``pid``'s FFmpeg scaler: it keeps its set-up (filter tables) between frames of
+    one shape, which ``frame.to_ndarray(width=...)`` rebuilds on every call (10× slower).
+    One per process: a loader worker forked from a process that used one must not inherit
+    it (its state belongs to the parent)."""
     from av.video.reformatter import VideoReformatter
 
     return VideoReformatter()
@@ -287,7 +292,7 @@ def _decode_at(
     scale = size / min(W, H)
     w, h = max(size, round(W * scale)), max(size, round(H * scale))
     top, left = (h - size) // 2, (w - size) // 2
-    scaler = _scaler()
+    scaler = _scaler(os.getpid())
     out: list[np.ndarray] = []
     last: list[Any] = []  # the last frame decoded (a clip may end before its metadata say)
 
@@ -296,14 +301,24 @@ def _decode_at(
         pts = frame.pts if frame.pts is not None else targets[len(out)]
         if targets[len(out)] <= pts + half:
             rgb = scaler.reformat(
-                frame, width=w, height=h, format="rgb24", interpolation=_SWS[interpolation]
-            ).to_ndarray()
+                frame, width=w, height=h, format="rgb24", interpolation=_SWS[interpolation],
+                threads=1,  # no scaler thread pool: small frames, and workers run in parallel
+            ).to_ndarray()  # fmt: skip
             rgb = rgb[top : top + size, left : left + size]
             while len(out) < len(targets) and targets[len(out)] <= pts + half:
                 out.append(rgb)
         last[:] = [frame, pts]
 
+    ctx = stream.codec_context
+    skip = [""]  # the decoder's skip_frame setting now
+
     def feed(packet: Any) -> None:
+        if packet is not None and packet.pts is not None:
+            # a frame no other frame refers to is decoded only if it is a target's
+            i = bisect.bisect_left(targets, packet.pts - half)
+            mode = "DEFAULT" if i < len(targets) and targets[i] <= packet.pts + half else "NONREF"
+            if mode != skip[0]:
+                ctx.skip_frame = skip[0] = mode
         for frame in stream.decode(packet):
             if len(out) < len(targets):
                 take(frame)
@@ -342,7 +357,7 @@ def _decode_at(
         buf.append(packet)
         if max(fed, pts) >= target - half:
             if fresh:
-                stream.codec_context.flush_buffers()
+                ctx.flush_buffers()
                 fresh = False
             for q in buf:
                 fed = max(fed, q.pts if q.pts is not None else q.dts)
@@ -350,7 +365,7 @@ def _decode_at(
             buf = []
     if len(out) < len(targets):  # end of stream: what the decoder still holds
         if fresh and buf:
-            stream.codec_context.flush_buffers()
+            ctx.flush_buffers()
         for q in buf:
             feed(q)
         if buf or not fresh:
