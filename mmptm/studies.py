@@ -334,12 +334,16 @@ def video_study(
         write_answer_vocab(vocab, answers)
         for name in (n for n in runs if n in _VIDEO_QA):
             qa = _VIDEO_QA[name]
-            for how, init in (("pre-trained", []), ("from scratch", ["init_mode=architecture"])):
+            # from scratch: the QA recipe's own model (same shape), no initialisation
+            for how, init in (
+                ("pre-trained", f"init={out / name}"),
+                ("from scratch", "init=__delete__"),
+            ):
                 ft = out / f"{qa}_{name}_{how.replace(' ', '_')}"
                 t = time.perf_counter()
                 cfg = load_run_config(
                     f"configs/finetune/{qa}.yaml",
-                    [f"init={out / name}", *init, f"output_dir={ft}", "resume=true",
+                    [init, f"output_dir={ft}", "resume=true",
                      f"seed={seed}", f"train.max_steps={qa_steps}",
                      f"data.tokenizer={data}/tokenizer.model",
                      f"data.train={data}/video_qa/train-*.tar",
