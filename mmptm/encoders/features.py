@@ -58,6 +58,9 @@ class VideoFeaturesEncoder(Encoder):
         max_frames: int = 64
         temporal_layers: int = 0
         temporal_heads: int = 4
+        #: multiplier of the (zero-initialised) temporal position table: its effective
+        #: learning rate, against tokens that are layer-normed to about 1 per channel
+        temporal_pos_scale: float = 16.0
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
         #: a learned [MASK] embedding for masked steps (off when no objective masks them)
@@ -73,15 +76,7 @@ class VideoFeaturesEncoder(Encoder):
         self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
         init_weights(self)
-        self.temporal = TemporalStage(
-            width,
-            max_frames=cfg.max_frames,
-            layers=cfg.temporal_layers,
-            heads=cfg.temporal_heads,
-            dropout=cfg.dropout,
-            mask_embedding=cfg.mask_embedding,
-            masked_key=f"{self.prefix}features_masked",
-        )
+        self.temporal = TemporalStage.of(cfg, width, f"{self.prefix}features_masked")
 
     def data_needs(self) -> dict[str, Need]:
         return {self.view: Need(self.modality, {"dim": self.cfg.feature_dim})}
@@ -117,6 +112,9 @@ class UnitsEncoder(Encoder):
         max_frames: int = 64
         temporal_layers: int = 0
         temporal_heads: int = 4
+        #: multiplier of the (zero-initialised) temporal position table: its effective
+        #: learning rate, against tokens that are layer-normed to about 1 per channel
+        temporal_pos_scale: float = 16.0
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
         #: a learned [MASK] embedding for masked steps (off when no objective masks them)
@@ -137,15 +135,7 @@ class UnitsEncoder(Encoder):
         self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         self.drop = nn.Dropout(cfg.dropout)
         init_weights(self)
-        self.temporal = TemporalStage(
-            width,
-            max_frames=cfg.max_frames,
-            layers=cfg.temporal_layers,
-            heads=cfg.temporal_heads,
-            dropout=cfg.dropout,
-            mask_embedding=cfg.mask_embedding,
-            masked_key=f"{self.prefix}unit_masked",
-        )
+        self.temporal = TemporalStage.of(cfg, width, f"{self.prefix}unit_masked")
 
     def data_needs(self) -> dict[str, Need]:
         facts = {"codebook": self.cfg.codebook} if self.cfg.codebook else {}

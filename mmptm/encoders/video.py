@@ -61,6 +61,7 @@ class TemporalStage(nn.Module):
         dropout: float,
         mask_embedding: bool = True,
         masked_key: str = "",
+        pos_scale: float = 1.0,
     ) -> None:
         super().__init__()
         if max_frames < 1:
@@ -73,11 +74,30 @@ class TemporalStage(nn.Module):
         if mask_embedding:
             self.mask_embedding = nn.Parameter(torch.empty(width).normal_(std=0.02))
         # Zero: with no temporal layers the encoder is a bag of frames at initialisation.
+        # The tokens it is added to are layer-normed (about 1 per channel) while an optimiser
+        # moves a zero-initialised table by about lr per step, so order would take hundreds
+        # of steps to register; ``pos_scale`` multiplies the table (its effective step).
         self.pos = nn.Parameter(torch.zeros(max_frames, width))
+        self.pos_scale = pos_scale
         cfg = TransformerConfig(layers=layers, heads=heads, dropout=dropout, attn_dropout=dropout)
         self.stack = TransformerStack(width, cfg) if layers > 0 else None
         if self.stack is not None:
             init_weights(self.stack)
+
+    @classmethod
+    def of(cls, cfg: Any, width: int, masked_key: str) -> TemporalStage:
+        """The stage an encoder config describes (``max_frames``, ``temporal_layers``,
+        ``temporal_heads``, ``temporal_pos_scale``, ``dropout``, ``mask_embedding``)."""
+        return cls(
+            width,
+            max_frames=cfg.max_frames,
+            layers=cfg.temporal_layers,
+            heads=cfg.temporal_heads,
+            dropout=cfg.dropout,
+            mask_embedding=cfg.mask_embedding,
+            masked_key=masked_key,
+            pos_scale=cfg.temporal_pos_scale,
+        )
 
     def forward(
         self, x_BTPD: torch.Tensor, real_BT: torch.Tensor, masked_BT: torch.Tensor | None
@@ -95,7 +115,7 @@ class TemporalStage(nn.Module):
                 raise ValueError(f"masked positions are {tuple(masked_BT.shape)}, tokens {(B, T)}")
             replace_BT11 = (masked_BT.bool() & real_BT)[:, :, None, None]
             x_BTPD = torch.where(replace_BT11, self.mask_embedding.to(x_BTPD.dtype), x_BTPD)
-        x_BTPD = x_BTPD + self.pos[:T, None, :]
+        x_BTPD = x_BTPD + self.pos_scale * self.pos[:T, None, :]
         if self.stack is None:
             return x_BTPD
         # A row without any real frame would leave attention nothing to attend to (NaN).
@@ -140,6 +160,9 @@ class VideoFramesEncoder(Encoder):
         #: Transformer layers over time (0 = none: frames meet only in the fusion module)
         temporal_layers: int = 0
         temporal_heads: int = 4
+        #: multiplier of the (zero-initialised) temporal position table: its effective
+        #: learning rate, against tokens that are layer-normed to about 1 per channel
+        temporal_pos_scale: float = 16.0
         dropout: float = 0.0
         #: a learned [MASK] embedding for frames an objective masks (``frames_masked``)
         mask_embedding: bool = False
@@ -166,15 +189,7 @@ class VideoFramesEncoder(Encoder):
         if cfg.tokens == "patch" and cfg.position_embedding:
             self.spatial_pos = nn.Parameter(torch.empty(self.n_patches, width).normal_(std=0.02))
         self.drop = nn.Dropout(cfg.dropout)
-        self.temporal = TemporalStage(
-            width,
-            max_frames=cfg.max_frames,
-            layers=cfg.temporal_layers,
-            heads=cfg.temporal_heads,
-            dropout=cfg.dropout,
-            mask_embedding=cfg.mask_embedding,
-            masked_key=f"{self.prefix}frames_masked",
-        )
+        self.temporal = TemporalStage.of(cfg, width, f"{self.prefix}frames_masked")
         init_weights(self.proj)
 
     def data_needs(self) -> dict[str, Need]:

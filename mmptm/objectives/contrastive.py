@@ -17,7 +17,9 @@ local-loss variant).
 gives the lengths). The loss scores each caption against them as extra negatives, so the
 caption of a clip must prefer the clip to the same frames in reverse order: in-batch
 negatives alone almost never differ in order only, and a model trained with them ignores
-time. ``time_reversed_rows`` [k] holds which rows were copied; only a dual encoder
+time. ``time_reversed_weight`` adds a two-way loss on top (TACT's time-order loss): each
+caption must pick its clip over the reversed copy, ``reversal_loss`` = cross-entropy over
+the two scores. ``time_reversed_rows`` [k] holds which rows were copied; only a dual encoder
 (modalities encoded apart) accepts the unequal row counts.
 Legend: B local batch, N global batch, E embedding width, T steps, k reversed copies.
 """
@@ -145,6 +147,8 @@ class Contrastive(Objective):
         time_reversed_keys: list[str] = field(default_factory=list)
         #: share of the clips (with >= 2 steps) that get a reversed copy
         time_reversed_prob: float = 0.5
+        #: weight of the two-way loss: each caption picks its clip over the reversed copy
+        time_reversed_weight: float = 1.0
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> TimeReversed | None:
@@ -209,11 +213,15 @@ class Contrastive(Objective):
             loss = info_nce(za_all, zb_all, scale)
         with torch.no_grad():
             acc = (za_BE @ zb_BE.T).argmax(-1) == torch.arange(len(za_BE), device=za_BE.device)
-            terms = {"loss": loss, "acc": acc.float().mean(), "logit_scale": scale.detach()}
-            if len(reversed_KE):  # captions that prefer their clip to its reversed copy
-                rows_K = batch[REVERSED_ROWS].to(zb_BE.device)
-                own_K = (zb_BE[rows_K] * za_BE[rows_K]).sum(-1)
-                terms["reversal_acc"] = (
-                    (own_K > (zb_BE[rows_K] * reversed_KE).sum(-1)).float().mean()
-                )
+        terms = {"loss": loss, "acc": acc.float().mean(), "logit_scale": scale.detach()}
+        if len(reversed_KE):  # each caption: its clip (column 0) or the reversed copy
+            rows_K = batch[REVERSED_ROWS].to(zb_BE.device)
+            text_KE = zb_BE[rows_K]
+            own_K = (text_KE * za_BE[rows_K]).sum(-1)
+            two_K2 = torch.stack([own_K, (text_KE * reversed_KE).sum(-1)], 1)
+            target_K = torch.zeros(len(rows_K), dtype=torch.long, device=two_K2.device)
+            terms["reversal_loss"] = self.cfg.time_reversed_weight * F.cross_entropy(
+                scale * two_K2, target_K
+            )
+            terms["reversal_acc"] = (two_K2[:, 0] > two_K2[:, 1]).float().mean().detach()
         return terms

@@ -182,7 +182,7 @@ def test_features_encoder_is_ln_of_projection_plus_positions_and_mask() -> None:
         out = enc({"features": f, "features_mask": real, "features_masked": masked})
         x = _layer_norm(f @ enc.proj.weight.T + enc.proj.bias, enc.norm)
         x = torch.where(masked[..., None], enc.temporal.mask_embedding, x)
-        want = x + enc.temporal.pos[:4] + enc.type_embedding
+        want = x + enc.temporal.pos_scale * enc.temporal.pos[:4] + enc.type_embedding
     torch.testing.assert_close(out.tokens, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(out.mask, real)
     assert enc.data_needs() == {"features": enc.data_needs()["features"]}

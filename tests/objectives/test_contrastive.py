@@ -400,3 +400,6 @@ def test_time_reversed_copies_are_extra_negatives_for_the_captions() -> None:
     assert res["loss"].item() == pytest.approx(0.5 * (v2t + t2v).item(), rel=1e-5)
     own, back = (t[[1, 3]] * v[[1, 3]]).sum(-1), (t[[1, 3]] * rev).sum(-1)
     assert res["reversal_acc"].item() == pytest.approx((own > back).float().mean().item())
+    # the two-way order loss: -log(e^own / (e^own + e^back)) at the same scale, averaged
+    two = -torch.log(torch.sigmoid(scale * (own - back))).mean()
+    assert res["reversal_loss"].item() == pytest.approx(two.item(), rel=1e-5)
