@@ -274,7 +274,7 @@ def _demo(args: argparse.Namespace) -> int:
         )  # fmt: skip
     elif args.study == "video":
         studies.video_study(
-            out, recipes=tuple(args.recipes.split(",")) if args.recipes else ("video_clip_tiny",),
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else ("videoclip_tiny",),
             n_train=args.n_train, n_test=args.n_test, steps=args.steps,
             qa_steps=args.qa_steps, seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
@@ -468,7 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     de.add_argument("--recipes", default=None,
                     help="vqa: comma list of VL recipes (default: all five tiny ones); "
-                    "video: of video_clip_tiny, videobert_tiny, cbt_tiny")  # fmt: skip
+                    "video: of videoclip_tiny (default), video_clip_tiny, videobert_tiny, "
+                    "cbt_tiny")  # fmt: skip
     de.add_argument("--qa-steps", type=int, default=0,
                     help="video: video QA fine-tuning steps (0: no QA)")  # fmt: skip
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")

@@ -3,10 +3,11 @@
 Studies sit beside the command line and call library functions only.
 
 - ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval.
-- ``video``: toyworld video → video–text contrastive pre-training with a temporal encoder
-  and as a bag of frames → text↔video retrieval (every language) and the reversal test;
-  optionally VideoBERT and CBT (pre-extracted features) and video QA fine-tuning from
-  pre-trained weights vs. from scratch.
+- ``video``: toyworld video → video–text contrastive pre-training (VideoCLIP style, over clip
+  features) with a temporal encoder and as a bag of frames → text↔video retrieval (every
+  language) and the reversal test; optionally the frames model (mp4 decoded, a CNN per
+  frame), VideoBERT and CBT, and video QA fine-tuning from pre-trained weights vs. from
+  scratch.
 - ``multilingual``: MLM-only vs MLM+TLM vs MLM+TLM+XLCO (sentence-level cross-lingual
   contrast) pre-training (same model, same steps), compared on
   cross-lingual sentence retrieval (Tatoeba protocol) and zero-shot XNLI (fine-tune on
@@ -245,22 +246,27 @@ def vqa_study(
     return result
 
 
-VIDEO_RECIPES = ("video_clip_tiny", "videobert_tiny", "cbt_tiny")
+VIDEO_RECIPES = ("videoclip_tiny", "video_clip_tiny", "videobert_tiny", "cbt_tiny")
 #: pre-training runs of the video study: name → (recipe, overrides)
 _VIDEO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "videoclip_tiny": ("videoclip_tiny", ()),
+    "bag of frames": ("videoclip_tiny", ("model.encoders.features.temporal_layers=0",)),
     "video_clip_tiny": ("video_clip_tiny", ()),
-    "bag of frames": ("video_clip_tiny", ("model.encoders.video.temporal_layers=0",)),
     "videobert_tiny": ("videobert_tiny", ()),
     "cbt_tiny": ("cbt_tiny", ()),
 }
 #: video QA fine-tuning: pre-trained run → its QA recipe (frames or features)
-_VIDEO_QA = {"video_clip_tiny": "video_qa", "cbt_tiny": "video_qa_features"}
+_VIDEO_QA = {
+    "videoclip_tiny": "video_qa_features",
+    "video_clip_tiny": "video_qa",
+    "cbt_tiny": "video_qa_features",
+}
 
 
 def video_study(
     out: Path,
     *,
-    recipes: tuple[str, ...] = ("video_clip_tiny",),
+    recipes: tuple[str, ...] = ("videoclip_tiny",),
     n_train: int = 4000,
     n_test: int = 500,
     steps: int = 0,
@@ -271,7 +277,7 @@ def video_study(
 ) -> dict[str, Any]:
     """Video–text pre-training on toyworld video (``mmptm demo video``).
 
-    Each recipe pre-trains (``video_clip_tiny`` also as a bag of frames: no temporal
+    Each recipe pre-trains (``videoclip_tiny`` also as a bag of frames: no temporal
     layers) and is scored on text↔video retrieval (English captions; per language for the
     first recipe) and on the reversal test. With ``qa_steps``, video QA fine-tunes from
     the pre-trained encoders and from scratch (same shape, same budget) for the recipes
@@ -294,7 +300,7 @@ def video_study(
     result: dict[str, Any] = {"retrieval": {}, "reversal": {}, "languages": {}, "video_qa": {}}
     for name in runs:
         recipe, extra = _VIDEO_RUNS[name]
-        view = "video_features" if recipe != "video_clip_tiny" else "video"
+        view = "video" if recipe == "video_clip_tiny" else "video_features"
         run = out / name.replace(" ", "_")
         paths = [f"data.{split}={data}/{view}/{split}-*.tar" for split in ("train", "val", "test")]
         if recipe == "videobert_tiny":

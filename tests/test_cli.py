@@ -98,16 +98,16 @@ def test_demo_video_runs_every_recipe_and_video_qa(tmp_path, capsys):
     out = tmp_path / "demo"
     argv = ["demo", "video", "--out", str(out), "--n-train", "32", "--n-test", "16",
             "--steps", "3", "--qa-steps", "2",
-            "--recipes", "video_clip_tiny,videobert_tiny,cbt_tiny",
+            "--recipes", "videoclip_tiny,video_clip_tiny,videobert_tiny,cbt_tiny",
             "--set", "data.batch_size=8", "--set", "data.num_workers=0"]  # fmt: skip
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
-    runs = {"video_clip_tiny", "bag of frames", "videobert_tiny", "cbt_tiny"}
+    runs = {"videoclip_tiny", "bag of frames", "video_clip_tiny", "videobert_tiny", "cbt_tiny"}
     assert set(result["retrieval"]) == set(result["reversal"]) == runs
     assert set(result["languages"]) == {"en", "de", "fr", "ru", "es"}
     assert all(0 <= r["reversal_acc"] <= 1 and r["n"] == 16 for r in result["reversal"].values())
     assert set(result["video_qa"]) == {
-        f"{run} {how}" for run in ("video_clip_tiny", "cbt_tiny")
+        f"{run} {how}" for run in ("videoclip_tiny", "video_clip_tiny", "cbt_tiny")
         for how in ("pre-trained", "from scratch")
     }  # fmt: skip
     printed = capsys.readouterr().out
