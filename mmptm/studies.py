@@ -313,6 +313,9 @@ def video_study(
                 "resume=true",
                 f"seed={seed}",
                 f"data.tokenizer={data}/tokenizer.model",
+                # captions in every language (one drawn per clip and epoch): text→video
+                # retrieval is then measured per language; evaluation reads English
+                f"data.modalities.text.caption_languages=[{','.join(LANGS)}]",
                 *paths,
                 *([f"train.max_steps={steps}"] if steps else []),
                 *extra,

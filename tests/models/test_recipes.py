@@ -117,6 +117,8 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "videobert_base": (320e6, 330e6),
         # CBT: BERT-base text tower 85M + 2 visual and 2 joint layers 28M + S3D projection
         "cbt_base": (112e6, 120e6),
+        # VideoCLIP: BERT-base text tower 85M + 6 video layers 43M + S3D projection (512-d)
+        "videoclip_base": (128e6, 133e6),
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024}

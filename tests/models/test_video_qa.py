@@ -20,6 +20,7 @@ SMALL = [
     "model.fusion.transformer.layers=1",
     "model.objectives.vqa.answers=__delete__",
     "model.objectives.vqa.num_answers=5",
+    "model.encoders.video.image_size=32",  # as tiny_overrides gives the pre-training run
 ]
 
 
@@ -66,12 +67,12 @@ def test_encoders_must_fit_and_scratch_needs_no_run(tiny_world, tmp_path):
     run, _ = _pretrained_clip(tiny_world, tmp_path)
     tok = f"data.tokenizer={tiny_world}/tokenizer.model"
     cfg = load_run_config(
-        QA, [f"init={run}", tok, *SMALL, "model.encoders.video.temporal_layers=2"]
+        QA, [f"init={run}", tok, *SMALL, "model.encoders.video.temporal_layers=3"]
     )
     ckpt = init_from(cfg)
     qa, _ = build_model(cfg)
     with pytest.raises(
-        ValueError, match=r"lacks 16 tensors: \[.encoders.video.temporal.stack.blocks.1"
+        ValueError, match=r"lacks 16 tensors: \[.encoders.video.temporal.stack.blocks.2"
     ):
         load_init(qa, ckpt.model, str(run), only="encoders.")
     scratch = load_run_config(QA, ["init=__delete__", tok, *SMALL])

@@ -72,7 +72,7 @@ def test_bag_of_frames_baseline_is_one_override(tiny_world, tmp_path):
         "video_clip_tiny", tiny_world, tmp_path, ["model.encoders.video.temporal_layers=0"]
     )
     temporal = _config("video_clip_tiny", tiny_world, tmp_path)
-    assert temporal.model.encoders["video"].temporal_layers == 1
+    assert temporal.model.encoders["video"].temporal_layers == 2
     assert bag.model.fusion.layers == {"video": 0} and bag.model.fusion.pooling["video"] == "mean"
     perm = torch.tensor([4, 2, 0, 3, 1])
     gaps = {}
