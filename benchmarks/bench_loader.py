@@ -46,7 +46,7 @@ def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
             f"data.sources.tlm.shards={data}/parallel/train-*.tar",
         ]
     views = {"clip_tiny": "image_text", "vilt_tiny": "image_text", "video_clip_tiny": "video"}
-    views |= {"videobert_tiny": "video_features", "cbt_tiny": "video_features"}
+    views |= {k: "video_features" for k in ("videoclip_tiny", "videobert_tiny", "cbt_tiny")}
     view = views.get(recipe, "regions")
     if recipe == "videobert_tiny":
         over.append(f"model.encoders.units.codebook={data}/video_features/codebook.npy")
