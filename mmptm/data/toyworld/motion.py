@@ -43,7 +43,7 @@ from mmptm.data.toyworld.scene import (
     render,
     sample_scene,
 )
-from mmptm.data.toyworld.vqa import _N_ANSWERS, VqaQuestion, _annotate, _pick
+from mmptm.data.toyworld.vqa import _N_ANSWERS, VqaQuestion, _annotate, _pick, qa_record
 
 CLIP_FRAMES = 8
 CLIP_FPS = 8
@@ -466,13 +466,4 @@ def video_questions(clip: Clip) -> list[VqaQuestion]:
 
 def video_qa_record(clip: Clip, q: VqaQuestion) -> dict[str, Any]:
     """The ``json`` of a video QA sample: the VQA layout plus the clip's key and language."""
-    return {
-        "question": q.question,
-        "question_id": q.question_id,
-        "video_id": clip.key,
-        "answers": list(q.answers),
-        "answer_type": q.answer_type,
-        "question_type": q.question_type,
-        "multiple_choice_answer": q.answer,
-        "language": "en",
-    }
+    return qa_record(q, ("video_id", clip.key), language="en")

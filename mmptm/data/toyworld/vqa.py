@@ -195,17 +195,24 @@ def vqa_questions(scene: Scene) -> list[VqaQuestion]:
     return out
 
 
-def _vqa_record(scene: Scene, q: VqaQuestion) -> dict[str, Any]:
-    """The ``json`` of a VQA sample: what ``convert_vqa`` makes of the VQA v2 files."""
+def qa_record(q: VqaQuestion, item: tuple[str, Any], **extra: Any) -> dict[str, Any]:
+    """A question's ``json`` in the VQA layout; ``item`` is the (key, id) of what it asks
+    about (``image_id`` here, ``video_id`` for video QA), ``extra`` fields come last."""
     return {
         "question": q.question,
         "question_id": q.question_id,
-        "image_id": scene.index,
+        item[0]: item[1],
         "answers": list(q.answers),
         "answer_type": q.answer_type,
         "question_type": q.question_type,
         "multiple_choice_answer": q.answer,
+        **extra,
     }
+
+
+def _vqa_record(scene: Scene, q: VqaQuestion) -> dict[str, Any]:
+    """The ``json`` of a VQA sample: what ``convert_vqa`` makes of the VQA v2 files."""
+    return qa_record(q, ("image_id", scene.index))
 
 
 def vqa_file_names(split: str) -> tuple[str, str]:
