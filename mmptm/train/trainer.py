@@ -309,7 +309,11 @@ def pretrain(cfg: RunConfig) -> dict[str, Any]:
     """Run a pre-training job described by ``cfg``; returns the last logged metrics."""
     trainer = Trainer(cfg)
     try:
-        return trainer.fit()
+        last = trainer.fit()
+        if dist.is_initialized():
+            # a rank that tears its gloo pairs down while another still uses them aborts
+            dist.barrier()
+        return last
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -275,6 +275,9 @@ def _rank_worker(rank: int, world: int, init_file: str, data: dict, out_dir: str
                 "loss"
             ]
         torch.save(res, Path(out_dir) / f"rank{rank}.pt")
+        # No rank may tear its gloo pairs down while the other still uses them: under load
+        # the early one aborted ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
