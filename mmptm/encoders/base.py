@@ -16,10 +16,16 @@ from mmptm.modalities.base import Need, view_prefix
 
 
 class ModalityTokens(NamedTuple):
-    """Tokens [B,N,D] at the fusion width and their mask [B,N] (True = real)."""
+    """Tokens [B,N,D] at the fusion width and their mask [B,N] (True = real).
+
+    ``targets`` [B,N,F] (optional): what an encoder with masked steps had at each step
+    *before* its [MASK] replacement (wav2vec 2.0's local features for the quantiser, a
+    spectrogram's frames for masked-frame prediction); None when it gives none.
+    """
 
     tokens: torch.Tensor
     mask: torch.Tensor
+    targets: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,174 @@
+"""Reading and writing audio from bytes: soundfile for flac/wav/ogg/mp3, PyAV for the rest.
+
+:func:`read_audio` decodes a member (any of :data:`AUDIO_MEMBERS`) to mono float32 at its own
+sample rate, reading only a window of it when asked (``offset_s``, ``duration_s``: a long
+file is never decoded whole by soundfile, which seeks; PyAV seeks to the window's start).
+:func:`resample` brings it to the rate an encoder declares (``torchaudio.functional``).
+:func:`encode_audio` writes flac/wav/ogg bytes (toyworld, the converters, the tests).
+:func:`conv_steps` is the number of outputs of a stack of unpadded 1-D convolutions
+(``[[kernel, stride], ...]``): what the plug-in and the encoders agree on as an encoder's
+time steps (wav2vec 2.0's feature encoder, a spectrogram's stacked frames).
+
+Bad bytes raise ``ValueError`` naming ``where``: unreadable, no audio stream, no samples,
+NaN or Inf samples. ``torchaudio.load`` is not used: in torchaudio 2.11 it needs torchcodec
+and a system FFmpeg.
+Legend: S samples, C channels.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+
+#: audio members, in the order they are looked for; the first four go through soundfile
+SOUNDFILE_MEMBERS = ("flac", "wav", "ogg", "mp3")
+AUDIO_MEMBERS = (*SOUNDFILE_MEMBERS, "m4a", "aac", "opus", "mp4", "webm", "mkv")
+
+
+def audio_info(data: bytes, ext: str, where: str) -> tuple[float, int]:
+    """(duration in seconds, sample rate) of an audio member, read from its header."""
+    if ext in SOUNDFILE_MEMBERS:
+        import soundfile as sf
+
+        try:
+            info = sf.info(io.BytesIO(data))
+        except (RuntimeError, sf.LibsndfileError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: not readable as {ext} ({e})") from None
+        if info.samplerate <= 0:
+            raise ValueError(f"{where}: sample rate {info.samplerate}")
+        return info.frames / info.samplerate, int(info.samplerate)
+    wave, rate = read_audio(data, ext, where)
+    return len(wave) / rate, rate
+
+
+def read_audio(
+    data: bytes,
+    ext: str,
+    where: str,
+    *,
+    offset_s: float = 0.0,
+    duration_s: float | None = None,
+) -> tuple[np.ndarray, int]:
+    """Mono float32 [S] (channels averaged) and its sample rate, from ``offset_s`` for at
+    most ``duration_s`` seconds (all of it when None). ``ValueError`` on bad audio."""
+    if ext in SOUNDFILE_MEMBERS:
+        wave_SC, rate = _read_soundfile(data, ext, where, offset_s, duration_s)
+    else:
+        wave_SC, rate = _read_av(data, where, offset_s, duration_s)
+    if wave_SC.size == 0 or len(wave_SC) == 0:
+        raise ValueError(f"{where}: no audio samples")
+    wave_S = wave_SC.mean(axis=1, dtype=np.float32) if wave_SC.ndim == 2 else wave_SC
+    if not np.isfinite(wave_S).all():
+        raise ValueError(f"{where}: holds NaN or Inf samples")
+    return np.ascontiguousarray(wave_S, dtype=np.float32), rate
+
+
+def _read_soundfile(
+    data: bytes, ext: str, where: str, offset_s: float, duration_s: float | None
+) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(io.BytesIO(data)) as f:
+            rate = int(f.samplerate)
+            start = max(0, int(round(offset_s * rate)))
+            if start:
+                f.seek(min(start, f.frames))
+            frames = -1 if duration_s is None else max(0, int(round(duration_s * rate)))
+            wave_SC = f.read(frames, dtype="float32", always_2d=True)
+    except (RuntimeError, sf.LibsndfileError, TypeError, ValueError) as e:
+        raise ValueError(f"{where}: not readable as {ext} ({e})") from None
+    return wave_SC, rate
+
+
+def _read_av(
+    data: bytes, where: str, offset_s: float, duration_s: float | None
+) -> tuple[np.ndarray, int]:
+    import av
+
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.audio:
+                raise ValueError(f"{where}: no audio stream")
+            stream = container.streams.audio[0]
+            rate = int(stream.rate or stream.codec_context.sample_rate or 0)
+            if rate <= 0:
+                raise ValueError(f"{where}: unknown sample rate")
+            if offset_s > 0 and stream.time_base:
+                container.seek(int(offset_s / stream.time_base), stream=stream, backward=True)
+            end_s = None if duration_s is None else offset_s + duration_s
+            chunks: list[np.ndarray] = []
+            first_s: float | None = None
+            for frame in container.decode(stream):
+                t = float(frame.pts * frame.time_base) if frame.pts is not None else None
+                if first_s is None:
+                    first_s = t if t is not None else 0.0
+                x = frame.to_ndarray()  # planar [C,n] or packed [1,n·C]
+                x = x.reshape(-1, frame.samples) if frame.format.is_planar else x.reshape(
+                    frame.samples, -1
+                ).T
+                chunks.append(_as_float(x).T)
+                if end_s is not None and t is not None and t > end_s:
+                    break
+    except av.error.FFmpegError as e:
+        raise ValueError(f"{where}: not readable by FFmpeg ({e})") from None
+    if not chunks:
+        raise ValueError(f"{where}: no audio samples")
+    wave_SC = np.concatenate(chunks)
+    skip = max(0, int(round((offset_s - (first_s or 0.0)) * rate)))
+    wave_SC = wave_SC[skip:]
+    if duration_s is not None:
+        wave_SC = wave_SC[: max(0, int(round(duration_s * rate)))]
+    return wave_SC, rate
+
+
+def _as_float(x: np.ndarray) -> np.ndarray:
+    """Integer PCM to float32 in [-1, 1]; floats as they are."""
+    if np.issubdtype(x.dtype, np.integer):
+        return x.astype(np.float32) / float(np.iinfo(x.dtype).max)
+    return x.astype(np.float32, copy=False)
+
+
+def resample(wave_S: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """``wave_S`` at ``target`` Hz (``torchaudio.functional.resample``; as is when equal)."""
+    if rate == target:
+        return wave_S
+    import torch
+    import torchaudio.functional as AF
+
+    out = AF.resample(torch.from_numpy(wave_S), rate, target)
+    return out.numpy()
+
+
+def encode_audio(wave: np.ndarray, rate: int, fmt: str = "flac") -> bytes:
+    """``wave`` ([S] or [S,C], float in [-1, 1]) as ``flac``/``wav``/``ogg`` bytes (16-bit
+    PCM for flac and wav, Vorbis for ogg)."""
+    import soundfile as sf
+
+    subtype = {"flac": "PCM_16", "wav": "PCM_16", "ogg": "VORBIS"}.get(fmt)
+    if subtype is None:
+        raise ValueError(f"cannot write audio as {fmt!r} (flac, wav or ogg)")
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(wave, -1.0, 1.0), rate, format=fmt.upper(), subtype=subtype)
+    return buf.getvalue()
+
+
+def conv_steps(length: int, layout: Sequence[Sequence[int]]) -> int:
+    """Outputs of unpadded 1-D convolutions ``[[kernel, stride], ...]`` over ``length``
+    inputs (0 when too short); ``length`` itself for an empty layout."""
+    for kernel, stride in layout:
+        length = 0 if length < kernel else (length - kernel) // stride + 1
+    return length
+
+
+__all__ = [
+    "AUDIO_MEMBERS",
+    "SOUNDFILE_MEMBERS",
+    "audio_info",
+    "conv_steps",
+    "encode_audio",
+    "read_audio",
+    "resample",
+]
