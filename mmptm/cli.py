@@ -197,6 +197,7 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         rerank_k=args.rerank_k,
         overrides=overrides,
+        captions=args.captions,
     )
     print(format_table({Path(args.run).name or args.run: result}))
     if args.out:
@@ -428,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--max-items", type=int, default=1000)
     er.add_argument("--batch-size", type=int, default=128)
     er.add_argument("--rerank-k", type=int, default=0, help="re-rank the top-k with ITM")
+    er.add_argument(
+        "--captions",
+        type=int,
+        default=1,
+        help="captions per item (Clotho, AudioCaps: 5): every one is a query; adds mAP@10",
+    )
     er.add_argument("--out", default=None, help="also write the result as JSON here")
     er.set_defaults(fn=_eval_retrieval)
     rv = ev_sub.add_parser(

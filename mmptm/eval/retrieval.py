@@ -101,6 +101,42 @@ def recall_at_k(
     return out
 
 
+def recall_multi(sim_IQ: torch.Tensor, item_of_Q: torch.Tensor, ks: Iterable[int] = KS) -> dict:
+    """R@k and mAP@10 both ways when each item has several captions (Clotho, AudioCaps).
+
+    ``sim_IQ`` scores I items against Q captions; caption q belongs to item ``item_of_Q[q]``.
+    Text→item (``t2i``): each caption ranks the items; its one relevant item at rank r
+    (0-based, candidates scoring strictly higher) gives R@k = [r < k] and AP@10 = 1/(r+1)
+    if r < 10 — the DCASE / AudioCaps text-to-audio protocol. Item→text (``i2t``): each item
+    ranks all captions; R@k = one of its captions in the top k; AP@10 = the mean over its
+    relevant captions within the top 10 of the precision at their ranks, divided by
+    min(relevant, 10).
+    """
+    n_items, Q = sim_IQ.shape
+    if item_of_Q.shape != (Q,) or (item_of_Q < 0).any() or (item_of_Q >= n_items).any():
+        raise ValueError(f"item_of_Q must give an item in [0, {n_items}) for each of {Q} captions")
+    own_Q = sim_IQ[item_of_Q, torch.arange(Q)]
+    rank_Q = (sim_IQ > own_Q[None, :]).sum(0)  # per caption, over items
+    relevant_IQ = item_of_Q[None, :] == torch.arange(n_items)[:, None]
+    out: dict[str, float] = {}
+    # item → text: sort the captions of each item (ties: the relevant one last, pessimistic)
+    pre_IQ = torch.argsort(relevant_IQ.int(), dim=1, stable=True)  # non-relevant first
+    by_score_IQ = torch.sort(sim_IQ.gather(1, pre_IQ), dim=1, descending=True, stable=True)
+    hit_IQ = relevant_IQ.gather(1, pre_IQ.gather(1, by_score_IQ.indices))
+    first_I = torch.where(hit_IQ.any(1), hit_IQ.float().argmax(1), torch.full((n_items,), Q))
+    for k in ks:
+        out[f"t2i_R@{k}"] = (rank_Q < k).float().mean().item()
+        out[f"i2t_R@{k}"] = (first_I < k).float().mean().item()
+    out["t2i_mAP@10"] = torch.where(rank_Q < 10, 1.0 / (rank_Q + 1).float(), 0.0).mean().item()
+    top_I10 = hit_IQ[:, :10].float()
+    precision_I10 = top_I10.cumsum(1) / torch.arange(1, top_I10.shape[1] + 1)
+    n_rel_I = relevant_IQ.sum(1).clamp(max=10).clamp(min=1)
+    out["i2t_mAP@10"] = ((precision_I10 * top_I10).sum(1) / n_rel_I).mean().item()
+    out["t2i_MdR"] = rank_Q.float().add(1).median().item()
+    out["i2t_MdR"] = first_I.float().add(1).median().item()
+    return out
+
+
 def _take(data: dict[str, Any], keys: Sequence[str], idx: torch.Tensor) -> dict[str, Any]:
     return {k: data[k][idx] for k in keys if k in data}
 
@@ -249,22 +285,25 @@ def evaluate_retrieval(
     rerank_k: int = 0,
     overrides: Sequence[str] = (),
     device: str = "cpu",
+    captions: int = 1,
 ) -> dict[str, float]:
     """R@1/5/10 (both directions) of a checkpoint on ``split`` (or explicit ``shards``).
 
     The first ``max_items`` samples, decoded as evaluation (the first caption language,
     see ``data.modalities.text.caption_languages``), make one batch padded to its longest.
+    ``captions`` > 1: the several-captions protocol (Clotho, AudioCaps: 5 per clip), see
+    :func:`recall_multi`; a dual encoder (contrastive head) only.
     """
     model, tokenizer, cfg = load_pretrained(path, overrides)
     dev = torch.device(device)
     model.to(dev)
-    stream = stream_config(
-        cfg.data, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
-    )
-    stream.batch_size = max_items
-    data = next(iter(single_pass(stream)))
-    if END in data:
-        raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
+    if captions > 1:
+        if rerank_k:
+            raise ValueError("--rerank-k is not supported with --captions > 1")
+        return _evaluate_multi(
+            model, tokenizer, cfg, split, shards, max_items, batch_size, dev, captions
+        )
+    data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items)
     sides = retrieval_sides(model, stream)
     sim_i2t, sim_t2i = similarity(model, data, sides, dev, batch_size, rerank_k)
     n = sim_i2t.shape[0]
@@ -273,14 +312,71 @@ def evaluate_retrieval(
     return result
 
 
+def _first_batch(model, tokenizer, cfg, split, shards, max_items, text=None):
+    """The first ``max_items`` evaluation samples as one batch (text plug-in ``text``)."""
+    data_cfg = cfg.data
+    if text is not None:
+        data_cfg = replace(cfg.data, modalities={**cfg.data.modalities, "text": text})
+    stream = stream_config(
+        data_cfg, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
+    )
+    stream.batch_size = max_items
+    data = next(iter(single_pass(stream)))
+    if END in data:
+        raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
+    return data, stream
+
+
+@torch.no_grad()
+def _evaluate_multi(model, tokenizer, cfg, split, shards, max_items, batch_size, dev, captions):
+    """Items embedded once; their captions number 0..captions-1 embedded in turn (a sample
+    without caption j is skipped for that round); rows matched to items by sample key."""
+    contrastive, _ = _heads(model)
+    if contrastive is None:
+        raise ValueError("the several-captions protocol needs a contrastive (dual encoder) head")
+    base = cfg.data.modalities.get("text") or TextData.Config()
+
+    def embed(data: dict[str, Any], keys: Sequence[str], side: str) -> torch.Tensor:
+        rows = []
+        for s in range(0, len(data[KEY]), batch_size):
+            idx = torch.arange(s, min(s + batch_size, len(data[KEY])))
+            rows.append(contrastive.embed(model.fuse(move_to(_take(data, keys, idx), dev)), side))
+        return torch.cat(rows).cpu()
+
+    data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items, base)
+    sides = retrieval_sides(model, stream)
+    items_IE = embed(data, sides.item_keys, sides.items)
+    index = {k: i for i, k in enumerate(data[KEY])}
+    texts, owner = [], []
+    for j in range(captions):
+        data_j, _ = _first_batch(
+            model, tokenizer, cfg, split, shards, max_items, replace(base, caption_index=j)
+        )
+        keep = [q for q, k in enumerate(data_j[KEY]) if k in index]
+        if not keep:
+            continue
+        sub = _take(data_j, sides.query_keys, torch.tensor(keep))
+        sub[KEY] = [data_j[KEY][q] for q in keep]
+        texts.append(embed(sub, sides.query_keys, sides.queries))
+        owner += [index[data_j[KEY][q]] for q in keep]
+    sim_IQ = items_IE @ torch.cat(texts).T
+    n = len(items_IE)
+    result = {"n": float(n), "captions": float(sim_IQ.shape[1])}
+    result.update(recall_multi(sim_IQ, torch.tensor(owner)))
+    result.update({f"chance_R@{k}": min(k / n, 1.0) for k in KS})
+    return result
+
+
 def format_table(rows: dict[str, dict[str, float]]) -> str:
     """A plain-text table: one row per named result, columns R@1/5/10 both ways + chance."""
     cols = [f"{d}_R@{k}" for d in ("i2t", "t2i") for k in KS] + ["chance_R@1"]
     ranks = ["i2t_MdR", "t2i_MdR"]
+    if any("t2i_mAP@10" in r for r in rows.values()):
+        cols += ["i2t_mAP@10", "t2i_mAP@10"]
     head = f"{'':<14}" + "".join(f"{c:>12}" for c in cols + ranks)
     lines = [head]
     for name, r in rows.items():
-        cells = [f"{100 * r[c]:>11.1f}%" for c in cols]
+        cells = [f"{100 * r[c]:>11.1f}%" if c in r else f"{'-':>12}" for c in cols]
         cells += [f"{r[c]:>12.1f}" if c in r else f"{'-':>12}" for c in ranks]
         lines.append(f"{name:<14}" + "".join(cells))
     return "\n".join(lines)

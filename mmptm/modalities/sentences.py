@@ -32,13 +32,15 @@ def segments(
     caption_languages: Sequence[str],
     rng: random.Random | None,
     captions_field: str = "captions",
+    caption_index: int = 0,
 ) -> list[Segment]:
     """The segments of a sample, by its format (see the module docstring).
 
     With ``rng`` (training) a caption language is drawn per sample, one of a language's
     captions when it has several (``{lang: [c1, c2, ...]}``: MSR-VTT's 20 per clip), and a
     pair comes in a random order (both directions, as XLM's TLM); without, the first caption
-    language, its first caption and the stored order are used. ``captions_field`` reads
+    language, its caption number ``caption_index`` (0 = the first; a language with a single
+    caption has only 0) and the stored order are used. ``captions_field`` reads
     captions from another json field of the same shape (toyworld video's
     ``reversed_captions``); only the default field falls back to the ``txt`` member.
     """
@@ -66,14 +68,20 @@ def segments(
         lang = rng.choice(langs) if rng is not None else langs[0]
         caption = captions[lang]
         if isinstance(caption, list):
-            i = rng.randrange(len(caption)) if rng is not None else 0
+            i = rng.randrange(len(caption)) if rng is not None else caption_index
+            if i >= len(caption):
+                raise ValueError(f"{captions_field}[{lang!r}] has no caption {i} ({len(caption)})")
             return [
                 Segment(_caption(caption[i], captions_field, lang), lang, (captions_field, lang, i))
             ]
+        if rng is None and caption_index > 0:
+            raise ValueError(f"{captions_field}[{lang!r}] has no caption {caption_index} (1)")
         return [Segment(_caption(caption, captions_field, lang), lang, (captions_field, lang))]
     if captions_field != "captions":
         raise ValueError(f"no {captions_field!r} in {list(caption_languages)}")
     if "txt" in sample:
+        if rng is None and caption_index > 0:
+            raise ValueError(f"the txt member is one caption; there is no caption {caption_index}")
         lang = meta.get("language") or (caption_languages[0] if caption_languages else "")
         return [Segment(sample["txt"].decode("utf-8"), lang, ("txt",))]
     raise ValueError(f"no text: no caption in {list(caption_languages)}, no pair, no txt member")

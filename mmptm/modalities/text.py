@@ -62,6 +62,9 @@ class TextData(Modality):
         #: the json field holding the captions ({lang: caption or [captions]}); e.g.
         #: ``reversed_captions`` scores toyworld video's reversal test
         captions_field: str = "captions"
+        #: which of a language's several captions evaluation reads (0 = the first); the
+        #: five-captions retrieval protocol (Clotho, AudioCaps) reads each in turn
+        caption_index: int = 0
         #: a joined pair restarts positions at its second sentence (XLM's TLM)
         restart_positions: bool = True
         #: character-span annotations → per-token keys: batch name → json field, e.g.
@@ -152,7 +155,14 @@ class TextData(Modality):
         return found
 
     def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
-        segs = segments(sample, meta, self.cfg.caption_languages, rng, self.cfg.captions_field)
+        segs = segments(
+            sample,
+            meta,
+            self.cfg.caption_languages,
+            rng,
+            self.cfg.captions_field,
+            self.cfg.caption_index,
+        )
         if len(self.views) == 2 and len(segs) < 2:
             raise ValueError(f"the model reads a second text view ({self.views[1]}); sample has 1")
         out: Sample = {}

@@ -12,6 +12,7 @@ from mmptm.eval.retrieval import (
     evaluate_retrieval,
     evaluate_reversal,
     recall_at_k,
+    recall_multi,
     retrieval_sides,
     similarity,
 )
@@ -168,3 +169,48 @@ def test_reversal_test_scores_own_caption_against_the_reversed_one(tiny_world, t
     sim, _ = similarity(model, data, retrieval_sides(model, stream), torch.device("cpu"), 5)
     wins = [float(sim[i, i] > sim[i, (i + 1) % 16]) for i in range(16)]
     assert r["reversal_acc"] == pytest.approx(sum(wins) / 16, abs=1e-6)
+
+
+def test_recall_multi_hand_worked():
+    # 2 items, 4 captions: captions 0, 1 describe item 0; captions 2, 3 item 1
+    sim = torch.tensor([[0.9, 0.1, 0.5, 0.2], [0.3, 0.8, 0.7, 0.6]])
+    r = recall_multi(sim, torch.tensor([0, 0, 1, 1]), ks=(1, 2))
+    # text→item: caption ranks 1, 2, 1, 1 → R@1 3/4, AP@10 = (1 + 1/2 + 1 + 1) / 4
+    assert r["t2i_R@1"] == pytest.approx(0.75) and r["t2i_R@2"] == 1.0
+    assert r["t2i_mAP@10"] == pytest.approx(3.5 / 4)
+    # item→text: item 0's captions at ranks 1 and 4 → AP (1/1 + 2/4) / 2; item 1's at 2, 3
+    # (caption 1 of item 0 scores 0.8 above them) → AP (1/2 + 2/3) / 2
+    assert r["i2t_R@1"] == pytest.approx(0.5) and r["i2t_R@2"] == 1.0
+    assert r["i2t_mAP@10"] == pytest.approx(((1 + 2 / 4) / 2 + (1 / 2 + 2 / 3) / 2) / 2)
+    with pytest.raises(ValueError, match="item_of_Q"):
+        recall_multi(sim, torch.tensor([0, 0, 2, 1]))
+
+
+def test_several_captions_protocol_matches_single_caption_ranks(tiny_world, tmp_path):
+    """Each caption listed three times: every copy ranks the items as the single caption does,
+    so text→item recall equals the one-caption evaluation's; a sample without a third caption
+    is left out of that round only."""
+    import json
+
+    from mmptm.data.shards import ShardWriter, SkipCounter, expand_shards, tar_samples
+
+    cfg = load_run_config(
+        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        [*tiny_overrides(tiny_world, tmp_path / "run", "clip_tiny"), "train.max_steps=2"],
+    )
+    pretrain(cfg)
+    out = tmp_path / "multi"
+    out.mkdir()
+    with ShardWriter(out / "val-%03d.tar", 100) as w:
+        for i, s in enumerate(tar_samples(expand_shards(cfg.data.val), SkipCounter())):
+            meta = json.loads(s["json"])
+            en = meta["captions"]["en"]
+            meta["captions"] = {"en": [en, en] if i == 0 else [en, en, en]}
+            w.write({"__key__": s["__key__"], "jpg": s["jpg"], "json": json.dumps(meta)})
+    shards = str(out / "val-000.tar")
+    one = evaluate_retrieval(str(tmp_path / "run"), shards=shards, max_items=20)
+    three = evaluate_retrieval(str(tmp_path / "run"), shards=shards, max_items=20, captions=3)
+    assert three["n"] == 20 and three["captions"] == 3 * 20 - 1
+    for k in (1, 5, 10):
+        assert three[f"t2i_R@{k}"] == pytest.approx(one[f"t2i_R@{k}"], abs=0.02)
+    assert 0 < three["t2i_mAP@10"] <= 1 and 0 < three["i2t_mAP@10"] <= 1
