@@ -206,6 +206,26 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_probe(args: argparse.Namespace) -> int:
+    from mmptm.eval.probe import evaluate_probe, format_probe, probe_folds
+
+    if bool(args.folds) == bool(args.train or args.test):
+        raise SystemExit("mmptm eval probe: give --train and --test, or --folds (not both)")
+    common = dict(view=args.view, overrides=args.overrides, random_init=args.random_init)
+    if args.folds:
+        result = probe_folds(args.run, folds=args.folds, **common)
+    else:
+        if not (args.train and args.test):
+            raise SystemExit("mmptm eval probe: --train and --test go together")
+        result = evaluate_probe(args.run, train=args.train, test=args.test, **common)
+    name = (Path(args.run).name or args.run) + (" (random init)" if args.random_init else "")
+    print(format_probe({name: result}))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
 def _eval_reversal(args: argparse.Namespace) -> int:
     from mmptm.eval.retrieval import evaluate_reversal
 
@@ -449,6 +469,22 @@ def build_parser() -> argparse.ArgumentParser:
     rv.add_argument("--max-items", type=int, default=1000)
     rv.add_argument("--batch-size", type=int, default=128)
     rv.set_defaults(fn=_eval_reversal)
+    pr = ev_sub.add_parser(
+        "probe", help="linear-probe accuracy of a frozen encoder's vectors on json labels"
+    )
+    pr.add_argument("run", help="run directory or checkpoint file")
+    pr.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    pr.add_argument("--train", default=None, help="shards the probe is fitted on")
+    pr.add_argument("--test", default=None, help="shards it is scored on")
+    pr.add_argument(
+        "--folds", nargs="+", default=None, help="k-fold protocol (ESC-50): one spec per fold"
+    )
+    pr.add_argument("--view", default="", help="encoder to probe (default: first non-text)")
+    pr.add_argument(
+        "--random-init", action="store_true", help="probe the untrained architecture instead"
+    )
+    pr.add_argument("--out", default=None, help="also write the result as JSON here")
+    pr.set_defaults(fn=_eval_probe)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
     ex.add_argument("run", help="run directory or checkpoint file")
     ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
