@@ -2,6 +2,7 @@
 
 mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,video_qa]
 mmptm data msrvtt|videos|video-features ... --out DIR
+mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
 mmptm pretrain CONFIG [key=value ...]
@@ -315,6 +316,60 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------------------
+# mmptm data clotho|audiocaps|esc50|librispeech (audio corpora → flac + json shards)
+
+
+def _data_audio(args: argparse.Namespace) -> int:
+    from mmptm.data import converters_audio as ca
+
+    common = dict(
+        sample_rate=args.sample_rate, probe=not args.no_probe, progress=not args.no_progress,
+        shard_size=ca.DEFAULT_SHARD_SIZE if args.shard_size is None else args.shard_size,
+    )  # fmt: skip
+    if args.dataset == "clotho":
+        stats = ca.convert_clotho(args.csv, args.audio_dir, args.out, split=args.split, **common)
+    elif args.dataset == "audiocaps":
+        stats = ca.convert_audiocaps(args.csv, args.audio_dir, args.out, split=args.split, **common)
+    elif args.dataset == "esc50":
+        stats = ca.convert_esc50(args.root, args.out, **common)
+    else:
+        stats = ca.convert_librispeech(args.root, args.out, split=args.split, **common)
+    print(ca.format_summary(args.dataset, args.out, stats))
+    print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
+    return 0
+
+
+def _audio_parsers(data_sub: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", required=True, help="shard folder")
+    common.add_argument("--shard-size", type=int, default=None, help="clips (default 256)")
+    common.add_argument("--sample-rate", type=int, default=None,
+                        help="resample to this rate (default: keep each file's)")  # fmt: skip
+    common.add_argument("--no-probe", action="store_true",
+                        help="copy flac files after reading their header only "
+                             "(default: decode each whole to find broken ones)")  # fmt: skip
+    common.add_argument("--no-progress", action="store_true")
+    split = "shard name prefix (default: from the {} name)"
+    for name, help_, source in [
+        ("clotho", "Clotho: clotho_captions_<split>.csv + its audio folder", "csv"),
+        ("audiocaps", "AudioCaps: <split>.csv + a folder of clips named by youtube_id", "csv"),
+        ("esc50", "ESC-50: meta/esc50.csv + audio/ → fold1/ ... fold5/ + labels.txt", "root"),
+        ("librispeech", "LibriSpeech subset: <spk>/<chap>/*.flac + *.trans.txt", "root"),
+    ]:
+        c = data_sub.add_parser(name, help=help_, parents=[common])
+        if source == "csv":
+            c.add_argument("--csv", required=True)
+            c.add_argument("--audio-dir", required=True)
+            c.add_argument("--split", default=None, help=split.format("CSV file"))
+        else:
+            c.add_argument("--root", required=True, help="e.g. ESC-50-master, "
+                           "LibriSpeech/train-clean-100")  # fmt: skip
+            if name == "librispeech":
+                c.add_argument("--split", default=None, help=split.format("root folder"))
+        c.set_defaults(fn=_data_audio)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmptm", description=__doc__.split("\n\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -383,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--split", default="train")
     vf.add_argument("--shard-size", type=int, default=1000)
     vf.set_defaults(fn=_data_video)
+    _audio_parsers(data_sub)
 
     an = data_sub.add_parser("answers", help="VQA answer vocabulary from training shards")
     an.add_argument("--input", nargs="+", required=True, help="VQA shards")
