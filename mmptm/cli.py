@@ -5,6 +5,7 @@ mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
+                [--audio-features mfcc | --audio-features RUN --layer L]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm demo [--out runs/demo] [key=value ...]
@@ -164,10 +165,21 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 def _units_fit(args: argparse.Namespace) -> int:
     from mmptm.data.units import fit_codebook
 
+    featurize = features = None
+    member = args.member or "npy"
+    if args.audio_features:  # HuBERT: the objective's own featurizer over decoded audio
+        from mmptm.objectives.audio_units import audio_sample_featurizer, build_featurizer
+
+        featurizer = build_featurizer(args.audio_features, args.layer, device=args.device)
+        featurize = audio_sample_featurizer(featurizer, args.member)
+        features, member = featurizer.describe(), args.member or "audio"
+    elif args.layer:
+        raise ValueError("--layer goes with --audio-features RUN (a teacher run)")
     record = fit_codebook(
-        args.shards, args.out, member=args.member, k=args.k or 0, levels=args.levels,
+        args.shards, args.out, member=member, k=args.k or 0, levels=args.levels,
         branch=args.branch or 0, max_vectors=args.max_vectors, iters=args.iters,
         seed=args.seed, device=args.device, progress=not args.no_progress,
+        featurize=featurize, features=features,
     )  # fmt: skip
     shown = {k: v for k, v in record.items() if k != "shards"}
     print(f"codebook → {args.out} ({Path(args.out).with_suffix('.json')}): {json.dumps(shown)}")
@@ -470,7 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     un_sub = un.add_subparsers(dest="action", required=True)
     uf = un_sub.add_parser("fit", help="k-means (flat or hierarchical) over [T,F] members")
     uf.add_argument("--shards", required=True, help="shard spec (glob, brace, dir, commas)")
-    uf.add_argument("--member", default="npy", help="the [T,F] array member")
+    uf.add_argument("--member", default=None,
+                    help="the [T,F] array member (npy); with --audio-features the audio member "
+                    "(default: the first of flac, wav, ...)")  # fmt: skip
+    uf.add_argument("--audio-features", default=None, metavar="mfcc|RUN",
+                    help="HuBERT: k-means over MFCC features of audio shards, or over "
+                    "a run's audio encoder at --layer (the hubert objective's featurizer)",
+                    )  # fmt: skip
+    uf.add_argument("--layer", type=int, default=0, help="with --audio-features RUN: layer L")
     uf.add_argument("--k", type=int, default=None, help="centroids (flat k-means)")
     uf.add_argument("--levels", type=int, default=1, help="hierarchical: depth (K = B^L)")
     uf.add_argument("--branch", type=int, default=None, help="hierarchical: splits per node")

@@ -7,7 +7,9 @@ memory stays O(chunk × K). :func:`hierarchical_kmeans` splits each cluster agai
 flat, row = leaf id (the leaf's path in base ``branch``), and the ``units`` plug-in maps a
 vector to its nearest row. :func:`fit_codebook` is ``mmptm units fit``: read (a seeded
 reservoir sample of) the vectors, cluster, write the ``.npy`` [K,F] float32 codebook and a
-json sidecar (k, dim, inertia, vectors used, source shards).
+json sidecar (k, dim, inertia, vectors used, source shards). The vectors are a member's
+``[T,F]`` array, or whatever a ``featurize`` callable makes of each sample (HuBERT's MFCC or
+teacher features of the audio: ``mmptm.objectives.audio_units``, the objective's own code).
 Legend: N vectors, F their width, K centroids.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,11 @@ import torch
 from tqdm import tqdm
 
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
+from mmptm.modalities.base import Sample
 from mmptm.modalities.features import load_vectors, nearest
+
+#: sample → its [T,F] float32 vectors; ``ValueError`` skips the sample (counted)
+Featurize = Callable[[Sample], np.ndarray]
 
 _CHUNK = 1 << 22  # elements of one [rows, K] distance block
 
@@ -169,13 +175,26 @@ class Vectors:
     skipped: int
 
 
+def member_vectors(member: str) -> Featurize:
+    """The default featurizer: the sample's ``member``, an ``np.save``'d [T,F] array."""
+
+    def featurize(sample: Sample) -> np.ndarray:
+        if member not in sample:
+            raise ValueError(f"no {member} member; has {sorted(sample)}")
+        return load_vectors(sample[member], member)
+
+    return featurize
+
+
 def read_vectors(
     urls: Sequence[str], member: str = "npy", max_vectors: int = 0, seed: int = 0,
-    progress: bool = False,
+    progress: bool = False, featurize: Featurize | None = None,
 ) -> Vectors:  # fmt: skip
-    """Every row of every sample's ``member`` ([T,F] arrays), or a seeded uniform sample of
-    ``max_vectors`` of them (reservoir sampling: one pass, bounded memory). Samples without
-    the member, with a bad array or another width F are skipped and counted."""
+    """Every row of every sample's ``member`` ([T,F] arrays) — or of ``featurize(sample)``
+    when given — or a seeded uniform sample of ``max_vectors`` of them (reservoir sampling:
+    one pass, bounded memory). Samples without the member, with a bad array or another width
+    F are skipped and counted."""
+    featurize = featurize or member_vectors(member)
     handler = SkipCounter()
     rng = np.random.default_rng(seed)
     kept: list[np.ndarray] = []
@@ -183,9 +202,9 @@ def read_vectors(
     dim = seen = samples = 0
     for sample in tqdm(tar_samples(urls, handler), desc="reading vectors", disable=not progress):
         try:
-            if member not in sample:
-                raise ValueError(f"no {member} member; has {sorted(sample)}")
-            x_TF = load_vectors(sample[member], member, dim)
+            x_TF = featurize(sample)
+            if x_TF.ndim != 2 or len(x_TF) == 0 or (dim and x_TF.shape[1] != dim):
+                raise ValueError(f"vectors of shape {x_TF.shape} are not [T,{dim or 'F'}], T >= 1")
         except ValueError as e:
             handler.skip(sample, str(e))
             continue
@@ -223,10 +242,14 @@ def fit_codebook(
     seed: int = 0,
     device: str = "cpu",
     progress: bool = False,
+    featurize: Featurize | None = None,
+    features: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``mmptm units fit``: cluster the vectors of ``shards``, write ``out`` (``.npy`` [K,F]
     float32) and ``out`` with suffix ``.json`` (what was done); returns the json record.
-    Flat with ``k``; hierarchical with ``levels`` > 1 and ``branch`` (K = branch ** levels)."""
+    Flat with ``k``; hierarchical with ``levels`` > 1 and ``branch`` (K = branch ** levels).
+    ``featurize`` makes each sample's vectors (default: the ``member`` array); ``features``
+    describes it in the record (the ``hubert`` objective checks it)."""
     if levels > 1:
         if branch < 2 or (k and k != branch**levels):
             raise ValueError(f"--levels {levels} needs --branch >= 2 (K = branch ** levels)")
@@ -234,7 +257,7 @@ def fit_codebook(
     elif k < 1:
         raise ValueError("give --k (flat) or --levels and --branch (hierarchical)")
     urls = expand_shards(shards)
-    vectors = read_vectors(urls, member, max_vectors, seed, progress)
+    vectors = read_vectors(urls, member, max_vectors, seed, progress, featurize)
     if len(vectors.x_NF) < k:
         raise ValueError(
             f"{len(vectors.x_NF)} vectors in {shards!r} ({vectors.skipped} samples skipped) "
@@ -259,6 +282,8 @@ def fit_codebook(
         "samples": vectors.samples, "skipped": vectors.skipped, "member": member,
         "seed": seed, "shards": urls,
     }  # fmt: skip
+    if features is not None:
+        record["features"] = features
     out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -272,5 +297,6 @@ __all__ = [
     "hierarchical_kmeans",
     "kmeans",
     "kmeans_plus_plus",
+    "member_vectors",
     "read_vectors",
 ]

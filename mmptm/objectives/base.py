@@ -37,6 +37,21 @@ class Objective(nn.Module):
         raise NotImplementedError
 
 
+def encoder_target_dim(enc: nn.Module, configured: int, where: str) -> int:
+    """Width F of an encoder's ``ModalityTokens.targets``: ``configured`` when set, else the
+    encoder's ``target_dim`` attribute (else its config's ``conv_dim``: the wav2vec 2.0
+    layout's targets are its conv features); an error naming ``where`` when none is known."""
+    dim = configured or int(getattr(enc, "target_dim", 0) or 0)
+    if not dim:
+        dim = int(getattr(getattr(enc, "cfg", None), "conv_dim", 0) or 0)
+    if dim < 1:
+        raise ValueError(
+            f"{where}: the encoder does not give the width of its targets (no target_dim "
+            "attribute); set target_dim"
+        )
+    return dim
+
+
 @dataclass
 class TaskSampler:
     """Per-step task sampling (UNITER): each batch trains one objective, drawn by weight.

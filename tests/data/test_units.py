@@ -161,3 +161,25 @@ def test_units_fit_errors_are_one_line(tmp_path, capsys):
         main(["units", "fit", "--shards", spec, "--k", "8", "--out", str(tmp_path / "c.npy")]) == 2
     )
     assert "5 vectors" in capsys.readouterr().err
+
+
+def test_a_featurize_callable_makes_the_vectors(tmp_path):
+    """fit_codebook over what a callable makes of each sample (HuBERT's audio features use
+    this); its description lands in the json, bad widths are skipped and counted."""
+    from mmptm.data.units import fit_codebook
+
+    spec = _shards(tmp_path, [np.full((3, 2), float(i), np.float32) for i in range(6)])
+
+    def double(sample):  # [T,2] → [T,4]; sample k003 is "bad"
+        if sample["__key__"] == "k003":
+            raise ValueError("unreadable")
+        x = np.load(io.BytesIO(sample["npy"]))
+        return np.concatenate([x, 2 * x], axis=1) if sample["__key__"] != "k004" else x
+
+    got = read_vectors(expand_shards(spec), featurize=double)
+    assert got.x_NF.shape == (12, 4) and got.skipped == 2 and got.samples == 4
+    np.testing.assert_array_equal(got.x_NF[:, 2], 2 * got.x_NF[:, 0])
+    out = tmp_path / "cb.npy"
+    record = fit_codebook(spec, out, k=2, featurize=double, features={"kind": "doubled"})
+    assert record["features"] == {"kind": "doubled"} and np.load(out).shape == (2, 4)
+    assert json.loads(out.with_suffix(".json").read_text())["features"] == {"kind": "doubled"}

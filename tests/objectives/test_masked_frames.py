@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from mmptm.encoders.base import VocabInfo
+from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.encoders.features import VideoFeaturesEncoder
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.masked_frames import MaskedFrames, frame_nce
@@ -112,3 +112,76 @@ def test_learned_heads_train_and_inactive_batches_give_nothing() -> None:
 def test_needs_a_features_encoder() -> None:
     with pytest.raises(ValueError, match="not a video_features encoder"):
         MaskedFrames(MaskedFrames.Config(modality="video"), width=8, encoders=nn.ModuleDict())
+
+
+# --------------------------------------------------------------------------------------------
+# Generalised: the encoder's own targets, audio views (SpeechBERT-style masked frames)
+
+
+class _AudioFrames(nn.Module):
+    """Stands for an audio_spectrogram encoder: an audio view whose targets are F wide."""
+
+    modality = "audio"
+
+    def __init__(self, target_dim: int) -> None:
+        super().__init__()
+        self.target_dim = target_dim
+
+
+def test_audio_plugin_masks_the_audio_steps_of_its_view() -> None:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([1, 2, 7, 30, 30])
+    steps = torch.arange(30)[None] < lengths[:, None]
+    side = _transform(plugin="audio", modality="speech")
+    out = side({"speech_audio_steps_mask": steps}, g)
+    masked = out["speech_audio_masked"]
+    assert not bool((masked & ~steps).any()) and "speech_features_masked" not in out
+    assert bool((masked.sum(1)[lengths >= 2] >= 1).all()) and masked[0].sum() == 0
+    other = {"features": torch.ones(2, 3, 4)}
+    assert set(_transform(plugin="audio")(dict(other), g)) == {"features"}  # no audio: as is
+    spans = _transform(plugin="audio", modality="audio", mask_length=4)(
+        {"audio_steps_mask": steps[3:]}, g
+    )
+    for row in spans["audio_masked"]:  # spans of 4 whole steps
+        runs = "".join("1" if x else "0" for x in row.tolist()).split("0")
+        assert all(len(r) >= 4 for r in runs if r), runs
+    with pytest.raises(ValueError, match="plugin must be one of"):
+        _transform(plugin="video")
+
+
+def test_encoder_targets_replace_the_batch_features() -> None:
+    """hidden = the encoder's targets with identity heads: every masked step finds itself; the
+    batch's features (unrelated noise here) would not."""
+    g = torch.Generator().manual_seed(0)
+    targets = torch.randn(3, 6, 8, generator=g)
+    steps = torch.ones(3, 6, dtype=torch.bool)
+    steps[2, 4:] = False
+    masked = torch.zeros(3, 6, dtype=torch.bool)
+    masked[:, 1] = masked[0, 4] = True
+    enc = nn.ModuleDict({"audio": _AudioFrames(8)})
+    head = MaskedFrames(
+        MaskedFrames.Config(plugin="audio", modality="audio"), width=8, encoders=enc
+    )
+    head.predict, head.target = nn.Identity(), nn.Identity()
+    encoded = {"audio": ModalityTokens(targets, steps, targets)}
+    batch = {"audio_steps_mask": steps, "audio_masked": masked}
+    out = head(FusionOutput({"audio": targets.clone()}, {}, {}, encoded=encoded), batch)
+    assert out["acc"].item() == 1.0
+    # the features view: given targets win over the batch's features
+    feats_head = _objective()
+    feats_head.predict, feats_head.target = nn.Identity(), nn.Identity()
+    noise = torch.randn(3, 6, 8, generator=g)
+    fbatch = {"features": noise, "features_mask": steps, "features_masked": masked}
+    fout = FusionOutput({"features": targets.clone()}, {}, {},
+                        encoded={"features": ModalityTokens(targets, steps, targets)})  # fmt: skip
+    assert feats_head(fout, fbatch)["acc"].item() == 1.0
+    fout.encoded = {"features": ModalityTokens(targets, steps)}  # no targets: the batch's
+    assert feats_head(fout, fbatch)["acc"].item() < 0.5
+    with pytest.raises(ValueError, match="gives no ModalityTokens.targets"):
+        no_targets = {"audio": ModalityTokens(targets, steps)}
+        head(FusionOutput({"audio": targets}, {}, {}, encoded=no_targets), batch)
+    with pytest.raises(ValueError, match="not an audio encoder"):
+        MaskedFrames(MaskedFrames.Config(plugin="audio"), width=8, encoders=nn.ModuleDict())
+    with pytest.raises(ValueError, match="set target_dim"):
+        MaskedFrames(MaskedFrames.Config(plugin="audio", modality="a"), width=8,
+                     encoders=nn.ModuleDict({"a": _AudioFrames(0)}))  # fmt: skip
