@@ -21,10 +21,13 @@ states no duration, e.g. a raw ADTS stream without a bit rate, is decoded once t
 
 Features are computed here, in the loader workers, not on the device: it is CPU work that
 runs in parallel across workers and overlaps the training step, and the batch that reaches
-the device is the model's input as it is. Measured on one core of a 2-core AMD EPYC VM
-(``benchmarks/bench_audio.py``): fbank of 10 s at 16 kHz takes about 3-4 ms, logmel 2-3
-ms, reading the 10 s flac window about 2 ms; a worker gives 120-170 clips/s of 10 s
-spectrograms (450 of waveforms), far more than a step of the small models consumes.
+the device is the model's input as it is. Measured in CPU time on one core of a shared
+2-core AMD EPYC VM (``benchmarks/bench_audio.py``, 2026-11-23): fbank of 10 s at 16 kHz
+costs 3.0-3.4 ms, logmel 2.0-2.2 ms, reading the 10 s flac window about 2 ms; one worker
+gives 110-185 clips/s of 10 s fbank, 180-215 of logmel, 390-480 of waveforms (85-135 of
+each from 44.1 kHz sources: 2.8x the samples to decode, ~2 ms resampling). On the device they
+would sit in the step's critical path (on CPU-only training, on the step's own cores), and
+SpecAugment's per-sample draws, seeded by sample key here, would have to move with them.
 
 Both spectrograms share Kaldi's framing (``frame_length_ms`` windows every
 ``frame_shift_ms``, ``snip_edges``): T = 1 + (S - W) // H frames for S samples, windows W and
