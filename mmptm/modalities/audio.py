@@ -129,8 +129,8 @@ class AudioData(Modality):
         self.hop = int(rate * cfg.frame_shift_ms * 0.001)
         if not self.waveform and (self.win < 2 or self.hop < 1):
             raise ConfigError(
-                f"data.modalities.audio.frame_length_ms: {cfg.frame_length_ms} / "
-                f"{cfg.frame_shift_ms} ms at {rate} Hz is under 2 / 1 samples"
+                f"data.modalities.audio.frame_length_ms={cfg.frame_length_ms!r}: with "
+                f"frame_shift_ms={cfg.frame_shift_ms!r} at {rate} Hz, under 2 / 1 samples"
             )
         self.member_ext = cfg.member.rsplit(".", 1)[-1] if cfg.member else ""
         self._mel: Any = None  # torchaudio MelSpectrogram, built once per process

@@ -368,6 +368,7 @@ def test_bad_settings_are_named_in_one_line():
         "time_width": {"features": "fbank", "time_width": -1},
         "time_masks": {"time_masks": 2},  # SpecAugment on a waveform
         "freq_masks": {"freq_masks": 1},
+        "frame_length_ms": {"features": "logmel", "frame_length_ms": 0.1},
     }
     for key, cfg in cases.items():
         with pytest.raises(ConfigError, match=rf"^data\.modalities\.audio\.{key}=") as e:
