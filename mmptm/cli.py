@@ -4,6 +4,7 @@ mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,vi
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
+mmptm import xlmr|wav2vec2 HF_DIR --out RUN
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm demo [--out runs/demo] [key=value ...]
@@ -141,6 +142,14 @@ def _import_xlmr(args: argparse.Namespace) -> int:
     from mmptm.models.hf_import import import_xlmr
 
     path = import_xlmr(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
+    print(f"imported {args.hf_dir} → {path} (use init={args.out})")
+    return 0
+
+
+def _import_wav2vec2(args: argparse.Namespace) -> int:
+    from mmptm.models.hf_audio_import import import_wav2vec2
+
+    path = import_wav2vec2(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
     print(f"imported {args.hf_dir} → {path} (use init={args.out})")
     return 0
 
@@ -377,6 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--out", required=True, help="writes an mmptm run directory here")
     ix.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
     ix.set_defaults(fn=_import_xlmr)
+    iw = im_sub.add_parser("wav2vec2", help="a local HF Wav2Vec2Model / HubertModel directory")
+    iw.add_argument("hf_dir")
+    iw.add_argument("--out", required=True, help="writes an mmptm run directory here")
+    iw.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
+    iw.set_defaults(fn=_import_wav2vec2)
 
     tok = sub.add_parser("tokenizer", help="multilingual sentencepiece tokenizers")
     tok_sub = tok.add_subparsers(dest="action", required=True)
