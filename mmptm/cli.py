@@ -4,7 +4,6 @@ mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,vi
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
-mmptm import xlmr|wav2vec2 HF_DIR --out RUN
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm demo [--out runs/demo] [key=value ...]

@@ -278,8 +278,17 @@ class AudioWaveformEncoder(Encoder):
         }
         return {self.view: Need(self.modality, facts)}
 
+    @property
+    def target_dim(self) -> int:
+        """F of ``targets`` [B,T',F]: the conv features' channels."""
+        return self.cfg.conv_dim
+
     def forward(self, batch: dict) -> ModalityTokens:
         return self.encode(batch)
+
+    def layer_features(self, batch: dict, layer: int) -> torch.Tensor:
+        """[B,T',D]: the states after Transformer layer ``layer`` (HuBERT's teacher features)."""
+        return self.encode(batch, layer).tokens
 
     def encode(self, batch: dict, layer: int | None = None) -> ModalityTokens:
         """The tokens after ``layer`` Transformer layers (all when None: ``forward``).
@@ -458,6 +467,14 @@ class AudioSpectrogramEncoder(Encoder):
             )
             self.stack = TransformerStack(width, tcfg)
             init_weights(self.stack)
+
+    @property
+    def target_dim(self) -> int:
+        """F of ``targets`` [B,N,F]: stack·M (frame), p·p (patch); 0 with a backbone (none)."""
+        if self.backbone is not None:
+            return 0
+        kernel = self.layout[0][0]
+        return kernel * self.cfg.n_mels if self.patch is None else kernel * kernel
 
     def data_needs(self) -> dict[str, Need]:
         facts: dict[str, Any] = {

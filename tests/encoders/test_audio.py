@@ -69,7 +69,7 @@ def test_waveform_shapes_and_steps(S: int) -> None:
     T = (S - 400) // 320 + 1  # 400-sample receptive field, 320-sample hop
     assert T == {400: 1, 16000: 49, 16080: 50}[S]
     assert out.tokens.shape == (2, T, WIDTH) and out.mask.shape == (2, T) and out.mask.all()
-    assert out.targets.shape == (2, T, 16)
+    assert out.targets.shape == (2, T, enc.target_dim) and enc.target_dim == 16
     assert torch.isfinite(out.tokens).all()
 
 
@@ -179,6 +179,7 @@ def test_intermediate_layers_and_layer_drop() -> None:
         first = enc.encode(batch, layer=1)
         zero = enc.encode(batch, layer=0)
         assert torch.equal(full.tokens, last.tokens + enc.type_embedding)
+        assert torch.equal(enc.layer_features(batch, 1), first.tokens)  # HuBERT's teacher
         torch.testing.assert_close(enc.stack.blocks[1](first.tokens), last.tokens)
         torch.testing.assert_close(enc.stack.blocks[0](zero.tokens), first.tokens)
         enc.train()
@@ -202,7 +203,7 @@ def test_frame_tokens_stack_frames() -> None:
         out = enc({"audio": spec, "audio_mask": mask})
     assert out.tokens.shape == (2, 12, WIDTH)
     assert out.mask.sum(1).tolist() == [12, conv_steps(21, [[4, 4]])]
-    assert out.targets.shape == (2, 12, 4 * 32)
+    assert out.targets.shape == (2, 12, 4 * 32) and enc.target_dim == 4 * 32
     assert torch.equal(out.targets[0, 1], spec[0, 4:8].reshape(-1))
     need = enc.data_needs()["audio"].facts
     assert need == {"sample_rate": 16000, "features": "fbank", "n_mels": 32, "steps": [[4, 4]]}
@@ -221,7 +222,7 @@ def test_patch_tokens_are_time_major_and_masked_per_time_step() -> None:
         out = enc({"audio": spec, "audio_mask": mask, "audio_masked": masked})
     assert out.tokens.shape == (2, 5 * 4, WIDTH)
     assert out.mask.view(2, 5, 4)[:, :, 0].sum(1).tolist() == [5, 2]
-    assert out.targets.shape == (2, 20, 64)
+    assert out.targets.shape == (2, 20, 64) and enc.target_dim == 64
     assert torch.equal(out.targets[0, 4 + 1], spec[0, 8:16, 8:16].reshape(-1))  # step 1, patch 1
     changed = (out.tokens != plain.tokens).any(-1).view(2, 5, 4)
     assert changed[0, 2].all() and changed.sum() == 4  # every frequency patch of step 2
@@ -256,6 +257,7 @@ def test_backbone_tokens(backbone: str, kwargs: dict, tokens: str, n: int) -> No
     enc = _spectrogram(backbone=backbone, model_kwargs=kwargs, tokens=tokens)
     out = enc({"audio": _spec(2, 64)})
     assert out.tokens.shape == (2, n, WIDTH) and out.mask.all() and out.targets is None
+    assert enc.target_dim == 0
     out.tokens.sum().backward()
     assert next(enc.backbone.parameters()).grad is not None
     assert "steps" not in enc.data_needs()["audio"].facts
