@@ -18,11 +18,11 @@ every conv. Parameter for parameter it is HF ``Wav2Vec2Model`` / ``HubertModel``
 Padding. A step is real when its whole receptive field lies in real samples: per sample
 ``conv_steps(length, conv_layout)`` (the torch twin :func:`conv_lengths`), the count the
 audio plug-in writes as ``audio_steps_mask``. The real steps of a padded sample equal those
-of the sample run alone: the conv stack is causal in that sense; padded steps are zeroed
-before the position convolution, whose own zero padding they then imitate; attention masks
-them as keys. GroupNorm statistics span time, so with padding mmptm takes them over the real
-steps only. HF instead normalises over the padding too (its base models are documented to
-be run without ``attention_mask`` on zero-padded input), so on padded input mmptm and HF
+of the sample run alone: a real step's receptive field holds no padding; padded steps are
+zeroed before the position convolution, whose own zero padding they then imitate; attention
+masks them as keys. GroupNorm statistics span time, so with padding mmptm takes them over
+the real steps only. HF normalises over the padding too (its base models are documented to
+be run on zero-padded input without ``attention_mask``), so on padded input mmptm and HF
 differ for ``feature_norm: group``; on unpadded input they agree.
 
 ``audio_spectrogram`` reads ``audio [B,T,M]`` (log-mel or Kaldi fbank frames from the
@@ -129,7 +129,7 @@ class ConvLayer(nn.Module):
 
 
 class ConvFeatureEncoder(nn.Module):
-    """wav2vec 2.0's conv stack: waveform [B,S] → features [B,C,T'] (and real lengths)."""
+    """wav2vec 2.0's conv stack: waveform [B,S] → features [B,C,T']."""
 
     def __init__(self, dim: int, layout: Sequence[Sequence[int]], bias: bool, norm: str):
         super().__init__()
