@@ -147,6 +147,14 @@ def _import_xlmr(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_wav2vec2(args: argparse.Namespace) -> int:
+    from mmptm.models.hf_audio_import import import_wav2vec2
+
+    path = import_wav2vec2(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
+    print(f"imported {args.hf_dir} → {path} (use init={args.out})")
+    return 0
+
+
 def _tokenizer_train(args: argparse.Namespace) -> int:
     from mmptm.data.tokenizer import train_tokenizer
 
@@ -466,6 +474,11 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--out", required=True, help="writes an mmptm run directory here")
     ix.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
     ix.set_defaults(fn=_import_xlmr)
+    iw = im_sub.add_parser("wav2vec2", help="a local HF Wav2Vec2Model / HubertModel directory")
+    iw.add_argument("hf_dir")
+    iw.add_argument("--out", required=True, help="writes an mmptm run directory here")
+    iw.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
+    iw.set_defaults(fn=_import_wav2vec2)
 
     tok = sub.add_parser("tokenizer", help="multilingual sentencepiece tokenizers")
     tok_sub = tok.add_subparsers(dest="action", required=True)

@@ -19,22 +19,39 @@ from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.pretrain import PretrainModel
 from mmptm.models.run import RunConfig
+from mmptm.registry import ENCODERS
 
 log = logging.getLogger(__name__)
 
 
-def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer]:
-    """The tokenizer named by the recipe and a freshly initialised model for it."""
+#: the vocabulary of a model built without a tokenizer (one that reads no text)
+NO_TEXT = VocabInfo(vocab_size=0)
+
+
+def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | None]:
+    """The tokenizer named by the recipe and a freshly initialised model for it.
+
+    A model without a text encoder (wav2vec 2.0, an imported speech model) needs no
+    tokenizer: with ``data.tokenizer`` empty it is built with :data:`NO_TEXT` and the
+    tokenizer is None.
+    """
     if not cfg.data.tokenizer:
-        raise ValueError("data.tokenizer is empty: train one with `mmptm tokenizer train`")
+        text = [n for n, c in cfg.model.encoders.items() if ENCODERS.get(c.type).modality == "text"]
+        if text:
+            raise ValueError(
+                f"data.tokenizer is empty but encoders {text} read text: train one with "
+                "`mmptm tokenizer train`"
+            )
+        return PretrainModel(cfg.model, NO_TEXT), None
     tokenizer = Tokenizer.load(cfg.data.tokenizer)
     return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
 
 
 def load_pretrained(
     path: str, overrides: Sequence[str] = ()
-) -> tuple[PretrainModel, Tokenizer, RunConfig]:
-    """Model (in eval mode), tokenizer and config of a checkpoint file or run directory."""
+) -> tuple[PretrainModel, Tokenizer | None, RunConfig]:
+    """Model (in eval mode), tokenizer (None without text) and config of a checkpoint file
+    or run directory."""
     ckpt = checkpoint.read(path)
     cfg = ckpt.run_config(overrides)
     model, tokenizer = build_model(cfg)

@@ -31,7 +31,7 @@ from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
-from mmptm.models.load import build_model, init_from, load_init
+from mmptm.models.load import NO_TEXT, build_model, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.train.optim import build_optimizer, freeze
@@ -114,7 +114,7 @@ class Trainer:
             n = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)
             log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
         self.model.to(self.device)
-        vocab = VocabInfo.from_tokenizer(self.tokenizer)
+        vocab = VocabInfo.from_tokenizer(self.tokenizer) if self.tokenizer else NO_TEXT
         unrouted = set(cfg.model.routes) - set(cfg.data.sources)
         if unrouted:
             raise ValueError(

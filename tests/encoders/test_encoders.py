@@ -48,7 +48,7 @@ def test_text_encoder_matches_explicit_sum_of_embeddings() -> None:
     enc = _text_encoder(language_embeddings=True)
     batch = _text_batch(torch.Generator().manual_seed(0))
     with torch.no_grad():
-        tokens, mask = enc(batch)
+        tokens, mask, _ = enc(batch)
     assert tokens.shape == (2, 6, WIDTH)
     assert mask.dtype == torch.bool
     assert torch.equal(mask, batch["attention_mask"])
@@ -74,8 +74,8 @@ def test_text_encoder_defaults_without_optional_keys() -> None:
     enc = _text_encoder()
     ids = torch.randint(5, 50, (3, 5), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        tokens, mask = enc({"input_ids": ids})
-        explicit, _ = enc(
+        tokens, mask, _ = enc({"input_ids": ids})
+        explicit, _, _ = enc(
             {
                 "input_ids": ids,
                 "attention_mask": torch.ones(3, 5),
@@ -96,8 +96,8 @@ def test_text_encoder_optional_ids_change_output(key: str) -> None:
     limit = {"position_ids": 16, "segment_ids": 2, "lang_ids": 3}[key]
     other[key] = (batch[key] + 1) % limit  # every position gets a different id
     with torch.no_grad():
-        a, _ = enc(batch)
-        b, _ = enc(other)
+        a, _, _ = enc(batch)
+        b, _, _ = enc(other)
     changed = (a - b).abs().amax(-1) > 1e-4  # [B,L]
     assert bool(changed.all()), f"changing {key} left some positions unchanged"
 
@@ -109,7 +109,7 @@ def test_text_encoder_prefixed_keys_for_second_view() -> None:
     assert enc.input_key == "text2_input_ids"
     assert enc.has_input({"text2_input_ids": ids}) and not enc.has_input({"input_ids": ids})
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
-    _, got_mask = enc({"text2_input_ids": ids, "text2_attention_mask": mask, "input_ids": ids})
+    _, got_mask, _ = enc({"text2_input_ids": ids, "text2_attention_mask": mask, "input_ids": ids})
     assert torch.equal(got_mask, mask.bool())
 
 
@@ -154,7 +154,7 @@ def test_cnn_backbone_gives_grid_tokens() -> None:
     pixels = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         fmap = enc.backbone.forward_features(pixels)
-        tokens, mask = enc({"pixels": pixels})
+        tokens, mask, _ = enc({"pixels": pixels})
     assert fmap.ndim == 4
     n = fmap.shape[2] * fmap.shape[3]
     assert enc.n_tokens == n
@@ -171,7 +171,7 @@ def test_vit_backbone_gives_patch_tokens() -> None:
     torch.manual_seed(0)
     enc = _vit().eval()
     with torch.no_grad():
-        tokens, mask = enc({"pixels": torch.randn(3, 3, 32, 32)})
+        tokens, mask, _ = enc({"pixels": torch.randn(3, 3, 32, 32)})
     assert enc.n_tokens == 17  # (32/8)^2 patches + CLS
     assert tokens.shape == (3, 17, WIDTH)
     assert mask.shape == (3, 17) and bool(mask.all())

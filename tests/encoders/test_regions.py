@@ -75,7 +75,7 @@ def test_region_encoder_shapes_and_explicit_embedding() -> None:
     enc = _encoder()
     batch = _region_batch()
     with torch.no_grad():
-        tokens, mask = enc(batch)
+        tokens, mask, _ = enc(batch)
     assert tokens.shape == (2, 5, WIDTH)
     assert mask.dtype == torch.bool and torch.equal(mask, batch["region_mask"])
 
@@ -115,8 +115,8 @@ def test_region_encoder_padding_invariance() -> None:
     # garbage under the existing padding too
     padded["region_feats"][1, 3:5] = float("nan")
     with torch.no_grad():
-        a, _ = enc(batch)
-        b, mask_b = enc(padded)
+        a, _, _ = enc(batch)
+        b, mask_b, _ = enc(padded)
     real = batch["region_mask"]
     torch.testing.assert_close(b[:, :5][real], a[real], rtol=0, atol=0)
     assert bool(torch.isfinite(b).all()), "padding must never produce NaN tokens"
@@ -182,7 +182,7 @@ def test_roi_encoder_matches_direct_roi_align_and_padding() -> None:
     batch = {"pixels": pixels, "region_boxes": boxes, "region_mask": mask}
     assert enc.has_input(batch) and not enc.has_input({"region_boxes": boxes})
     with torch.no_grad():
-        tokens, got_mask = enc(batch)
+        tokens, got_mask, _ = enc(batch)
         fmap = enc.backbone(pixels)[-1]
         scale = fmap.shape[-1] / 64
         want = torch.stack(
@@ -228,5 +228,5 @@ def test_roi_encoder_several_stages_concatenate() -> None:
         "region_boxes": torch.tensor([[[0.1, 0.1, 0.6, 0.7]]]),
     }
     with torch.no_grad():
-        tokens, mask = enc(batch)
+        tokens, mask, _ = enc(batch)
     assert tokens.shape == (1, 1, WIDTH) and bool(mask.all())
