@@ -83,11 +83,25 @@ def init_from(cfg: RunConfig) -> Checkpoint | None:
     return ckpt
 
 
-def load_init(model: nn.Module, sd: dict[str, torch.Tensor], source: str, only: str = "") -> None:
+def encoder_prefixes(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> tuple:
+    """``encoders.<name>.`` of each of the model's encoders the checkpoint has (``init_mode:
+    encoders``: those are loaded whole; an encoder the checkpoint lacks, e.g. the image
+    tower of a speech→image model started from SpeechBERT, stays new)."""
+    names = [
+        n for n in getattr(model, "encoders", {}) if any(k.startswith(f"encoders.{n}.") for k in sd)
+    ]
+    if not names:
+        raise ValueError(f"init={source}: the checkpoint has none of the model's encoders")
+    return tuple(f"encoders.{n}." for n in names)
+
+
+def load_init(
+    model: nn.Module, sd: dict[str, torch.Tensor], source: str, only: str | tuple = ""
+) -> None:
     """Load pre-trained weights; the recipe's own heads (objectives.*) may be new.
 
-    ``only`` (a key prefix, e.g. ``encoders.``): the checkpoint must hold every tensor under
-    it, with the same shapes; other tensors are loaded where the checkpoint has one of the
+    ``only`` (key prefixes, e.g. ``encoders.``): the checkpoint must hold every tensor under
+    them, with the same shapes; other tensors are loaded where the checkpoint has one of the
     same name and shape (a dual encoder's text tower as a single-stream fusion's
     ``unimodal_layers`` tower) and keep their fresh initialisation otherwise.
     """

@@ -68,8 +68,10 @@ class RunConfig:
     init: str = ""
     #: weights = load them; architecture = the same shapes with fresh weights (baselines);
     #: encoders = keep this recipe's model (e.g. a fusion with cross-modal layers on top of
-    #: a dual encoder): the encoders' weights must all fit it, other tensors are loaded
-    #: where name and shape match (a dual text tower as a ``unimodal_layers`` tower)
+    #: a dual encoder): each encoder the checkpoint has is loaded whole (its weights must
+    #: all fit), an encoder it lacks stays new (an image tower beside SpeechBERT's audio
+    #: encoder); other tensors are loaded where name and shape match (a dual text tower as
+    #: a ``unimodal_layers`` tower)
     init_mode: Literal["weights", "architecture", "encoders"] = "weights"
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -31,7 +31,7 @@ from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
-from mmptm.models.load import NO_TEXT, build_model, init_from, load_init
+from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.train.optim import build_optimizer, freeze
@@ -107,7 +107,9 @@ class Trainer:
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
         if init is not None and cfg.init_mode != "architecture":
-            only = "encoders." if cfg.init_mode == "encoders" else ""
+            only = ""
+            if cfg.init_mode == "encoders":
+                only = encoder_prefixes(self.model, init.model, cfg.init)
             load_init(self.model, init.model, cfg.init, only=only)
         frozen = freeze(self.model, tc.freeze)
         if frozen and self.dist.main:
