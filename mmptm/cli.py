@@ -1,6 +1,6 @@
 """``mmptm``: the command line. Thin: each sub-command parses arguments and calls the library.
 
-mmptm data toyworld --out DIR [--n-train N ...] [--views video,video_features,video_qa]
+mmptm data toyworld --out DIR [--n-train N ...] [--views video,audio,speech,...] [--voice V]
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
@@ -35,6 +35,7 @@ def _data_toyworld(args: argparse.Namespace) -> int:
         image_size=args.image_size,
         shard_size=args.shard_size,
         views=_views(args.views, toyworld.VIEWS, toyworld.ALL_VIEWS),
+        voice=args.voice,
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
@@ -407,8 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
     tw.add_argument("--views", default=None,
-                    help="comma list of views to write, e.g. video,video_features,video_qa "
-                         "('default': the image and text views, the default; 'all')")  # fmt: skip
+                    help="comma list of views to write, e.g. video,video_features,video_qa or "
+                         "audio,speech ('default': the image and text views, the default; "
+                         "'all')")  # fmt: skip
+    tw.add_argument("--voice", default="builtin", choices=("builtin", "espeak"),
+                    help="the speech view's synthesiser: the built-in one, or espeak-ng if "
+                         "installed")  # fmt: skip
     tw.set_defaults(fn=_data_toyworld)
 
     for name, help_ in [

@@ -41,6 +41,17 @@ or two of its shapes move, grow or shrink, appear or disappear, one after the ot
   randomly projected) instead of ``mp4``
 - ``video_qa``: 2-3 English questions per clip in the VQA layout (``mp4`` + ``json``)
 
+Audio views, also opt-in (see :mod:`~mmptm.data.toyworld.sound`): every scene sounds (colour
+→ pitch, shape → timbre, size → loudness, x → onset) and every caption is spoken by a
+built-in formant synthesiser (no system package), 16 kHz mono FLAC.
+
+- ``audio``: per scene ``flac`` (1 s), ``jpg`` (the image_text image), ``txt`` and ``json``
+  (:func:`audio_record`: the image_text record plus ``count``, ``loudest_color`` and
+  ``label`` = the count as a name of :data:`COUNT_LABELS`)
+- ``speech``: one sample per scene and language, one shard set per language
+  (``speech/{split}-{lang}-%06d.tar``): ``flac`` (the spoken caption), ``txt`` (the written
+  one), ``jpg``, ``json`` (``language``, ``caption``, ``words``: [[word, start_s, end_s]])
+
 Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
 depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
 
@@ -59,8 +70,10 @@ Modules, in pipeline order:
 - :mod:`~mmptm.data.toyworld.motion`: clips (:class:`Clip`, :class:`Event`,
   :func:`sample_clip`, :func:`reverse_clip`, :func:`render_clip`), their captions
   (:func:`narrate`) and questions (:func:`video_questions`)
-- :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS` and :data:`VIDEO_VIEWS`, the shard
-  writers, :class:`ViewSettings`
+- :mod:`~mmptm.data.toyworld.sound`: scene sounds (:func:`scene_sound`,
+  :func:`sound_labels`) and speech (:func:`speak`, :class:`Speech`)
+- :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS`, :data:`VIDEO_VIEWS` and
+  :data:`AUDIO_VIEWS`, the shard writers, :class:`ViewSettings`
 - this package: :func:`generate` and the manifest; every name above is re-exported here
 """
 
@@ -147,13 +160,29 @@ from mmptm.data.toyworld.scene import JPEG_QUALITY as JPEG_QUALITY
 from mmptm.data.toyworld.scene import N_OBJECTS_P as N_OBJECTS_P
 from mmptm.data.toyworld.scene import NOISE as NOISE
 from mmptm.data.toyworld.scene import SUPERSAMPLE as SUPERSAMPLE
+from mmptm.data.toyworld.sound import (
+    COUNT_LABELS,
+    PITCHES,
+    SPEAKERS,
+    TIMBRES,
+    VOICES,
+    Speech,
+    espeak_available,
+    scene_sound,
+    sound_labels,
+    speak,
+)
 from mmptm.data.toyworld.views import (
+    AUDIO_VIEWS,
     VIDEO_VIEWS,
     VIEWS,
     ViewOutput,
     ViewSettings,
     _write_atomic,
+    audio_manifest,
+    audio_record,
     scene_record,
+    speech_record,
 )
 from mmptm.data.toyworld.views import write_image_text as write_image_text
 from mmptm.data.toyworld.views import write_mono as write_mono
@@ -168,9 +197,11 @@ from mmptm.data.toyworld.vqa import ANSWER_TYPES, VqaQuestion, vqa_file_names, v
 __all__ = [
     "ALL_VIEWS",
     "ANSWER_TYPES",
+    "AUDIO_VIEWS",
     "CLIP_FPS",
     "CLIP_FRAMES",
     "COLORS",
+    "COUNT_LABELS",
     "DETECTOR_FEATURES",
     "DETECTOR_SEED",
     "EVENT_KINDS",
@@ -183,28 +214,36 @@ __all__ = [
     "MOTION_LEXICON",
     "NLI_LABELS",
     "OPPOSITE",
+    "PITCHES",
     "RELATIONS",
     "REVERSE",
     "SHAPES",
     "SIZES",
+    "SPEAKERS",
     "SPLITS",
+    "TIMBRES",
     "VIDEO_VIEWS",
     "VIEWS",
+    "VOICES",
     "Claim",
     "Clip",
     "Event",
     "NliPair",
     "Obj",
     "Scene",
+    "Speech",
     "ViewOutput",
     "ViewSettings",
     "VqaQuestion",
+    "audio_manifest",
+    "audio_record",
     "captions",
     "clip_captions",
     "clip_record",
     "describe",
     "detect",
     "encode_jpeg",
+    "espeak_available",
     "facts",
     "frame_features",
     "generate",
@@ -226,6 +265,10 @@ __all__ = [
     "sample_scene",
     "scene_clip",
     "scene_record",
+    "scene_sound",
+    "sound_labels",
+    "speak",
+    "speech_record",
     "state",
     "statements",
     "video_qa_record",
@@ -236,7 +279,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 #: every view generate() can write; by default it writes VIEWS
-ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS}
+ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS, **AUDIO_VIEWS}
 # manifest fields that must match for an earlier run's views to be kept beside this run's
 _SAME_DATA = ("generator", "version", "seed", "languages", "image_size", "shard_size", "counts")
 
@@ -247,6 +290,7 @@ def _check_args(
     image_size: int,
     shard_size: int,
     views: Sequence[str],
+    voice: str = "builtin",
 ) -> None:
     for split, n in counts.items():
         if n < 0:
@@ -270,6 +314,10 @@ def _check_args(
     if set(views) & set(VIDEO_VIEWS) and image_size % 16:
         # 4:2:0 video needs even sides; frame_features' 4x4 grid of a quarter-size map, 16
         raise ValueError(f"video views need image_size a multiple of 16, got {image_size}")
+    if voice not in VOICES:
+        raise ValueError(f"unknown voice {voice!r}; choices: {', '.join(VOICES)}")
+    if voice == "espeak" and "speech" in views and not espeak_available():
+        raise ValueError("voice 'espeak' needs espeak-ng on the PATH (apt install espeak-ng)")
 
 
 def _earlier_views(path: Path, manifest: dict[str, Any], views: Sequence[str]) -> dict:
@@ -307,6 +355,7 @@ def generate(
     image_size: int = 64,
     shard_size: int = 1000,
     views: Sequence[str] | None = None,
+    voice: str = "builtin",
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
@@ -322,15 +371,19 @@ def generate(
 
     ``views``: which to write, from :data:`ALL_VIEWS` (default: :data:`VIEWS`; the video
     views ``video``, ``video_features`` and ``video_qa``, each ``{view}/{split}-%06d.tar``,
-    are opt-in and add a ``video`` section to the manifest). Views an earlier run wrote into
-    ``out_dir`` with the same settings stay in the manifest.
+    are opt-in and add a ``video`` section to the manifest; so are the audio views ``audio``,
+    ``{view}/{split}-%06d.tar``, and ``speech``, ``{view}/{split}-{lang}-%06d.tar``, which add
+    an ``audio`` section). Views an earlier run wrote into ``out_dir`` with the same settings
+    stay in the manifest.
+
+    ``voice``: the speech view's synthesiser, ``builtin`` or ``espeak`` (``espeak-ng``).
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)
     views = tuple(VIEWS) if views is None else tuple(views)
-    _check_args(counts, languages, image_size, shard_size, views)
+    _check_args(counts, languages, image_size, shard_size, views, voice)
     out = Path(out_dir)
-    cfg = ViewSettings(languages=languages, image_size=image_size, views=views)
+    cfg = ViewSettings(languages=languages, image_size=image_size, views=views, voice=voice)
     shards: dict[str, dict[str, list[str]]] = {view: {} for view in views}
     samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
@@ -412,5 +465,7 @@ def generate(
             "feature_dim": FRAME_FEATURES,
             "qa_languages": ["en"],
         }
+    if set(manifest["shards"]) & set(AUDIO_VIEWS):
+        manifest["audio"] = audio_manifest(voice if "speech" in views else None)
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest

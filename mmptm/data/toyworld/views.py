@@ -1,8 +1,9 @@
 """The views: each turns the scenes of one split into samples, through a ViewOutput.
 
 :data:`VIEWS` maps a view's name to its writer; :func:`mmptm.data.toyworld.generate` runs
-every writer for every split. :data:`VIDEO_VIEWS` (clips of :mod:`.motion`) are written only
-when asked for: encoding thousands of clips takes a while.
+every writer for every split. :data:`VIDEO_VIEWS` (clips of :mod:`.motion`) and
+:data:`AUDIO_VIEWS` (sounds and speech of :mod:`.sound`) are written only when asked for:
+encoding thousands of clips takes a while, and speech takes room (about 14 KiB a second).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,7 +36,23 @@ from mmptm.data.toyworld.motion import (
     video_questions,
 )
 from mmptm.data.toyworld.scene import COLORS, SHAPES, Scene, _jpegs, location, object_box, relations
+from mmptm.data.toyworld.sound import (
+    COUNT_LABELS,
+    LOUDNESS,
+    NOTE_SECONDS,
+    ONSET_SPAN,
+    PITCHES,
+    SAMPLE_RATE,
+    SCENE_SECONDS,
+    SPEAKERS,
+    TIMBRES,
+    Speech,
+    scene_sound,
+    sound_labels,
+    speak,
+)
 from mmptm.data.toyworld.vqa import _vqa_files, _vqa_record, vqa_file_names, vqa_questions
+from mmptm.modalities.audio_io import encode_audio
 
 
 def scene_record(scene: Scene, image_size: int, languages: Sequence[str]) -> dict[str, Any]:
@@ -68,6 +86,7 @@ class ViewSettings:
     languages: tuple[str, ...]
     image_size: int
     views: tuple[str, ...] = ()  # the views being written (empty: unknown, compute everything)
+    voice: str = "builtin"  # the speech view's synthesiser (see sound.speak)
 
 
 class ViewOutput:
@@ -339,6 +358,119 @@ VIDEO_VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], Non
     "video_features": write_video_features,
     "video_qa": write_video_qa,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Audio
+
+_CHUNK = 64  # samples synthesised at a time: memory stays bounded, a pool stays busy
+
+
+def _chunked_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> Iterator[Any]:
+    """``fn`` over ``items`` in order, on a thread per CPU (numpy's FFTs and ufuncs and the
+    FLAC encoder release the GIL) when there are enough of them; results are pure functions
+    of their item, so the bytes do not depend on the threads."""
+    workers = min(os.cpu_count() or 1, 8)
+    if workers == 1 or len(items) < 2 * _CHUNK:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        for i in range(0, len(items), _CHUNK):
+            yield from pool.map(fn, items[i : i + _CHUNK])
+
+
+def _scene_flac(scene: Scene) -> bytes:
+    return encode_audio(scene_sound(scene), SAMPLE_RATE)
+
+
+def audio_record(scene: Scene, image_size: int, languages: Sequence[str]) -> dict[str, Any]:
+    """The ``json`` member of an audio sample: :func:`scene_record` plus the sound's labels."""
+    return {
+        **scene_record(scene, image_size, languages),
+        **sound_labels(scene),
+        "sample_rate": SAMPLE_RATE,
+        "seconds": SCENE_SECONDS,
+    }
+
+
+def write_audio(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """Scene sounds: ``flac`` (see sound.scene_sound), ``jpg`` (the image_text image), ``txt``
+    (primary caption), ``json`` (:func:`audio_record`: captions, objects, labels)."""
+    primary = _primary(cfg)
+    jpgs = _jpegs(tuple(scenes), cfg.image_size)
+    flacs = _chunked_map(_scene_flac, scenes)
+    with out.writer() as writer:
+        for scene, jpg, flac in zip(scenes, jpgs, flacs):
+            record = audio_record(scene, cfg.image_size, cfg.languages)
+            txt = record["captions"][primary]
+            sample = {"__key__": scene.key, "flac": flac, "jpg": jpg, "txt": txt}
+            writer.write({**sample, "json": record})
+
+
+def speech_record(
+    scene: Scene, lang: str, caption: str, speech: Speech, voice: str
+) -> dict[str, Any]:
+    """The ``json`` member of a speech sample: its key, scene, language, caption, and words
+    as [word, start_s, end_s] (silence between them)."""
+    return {
+        "key": f"{scene.key}_{lang}",
+        "scene": scene.key,
+        "split": scene.split,
+        "language": lang,
+        "caption": caption,
+        "words": [[w, start, end] for w, start, end in speech.words],
+        "sample_rate": speech.rate,
+        "seconds": len(speech.wave) / speech.rate,
+        "voice": voice,
+    }
+
+
+@dataclass(frozen=True)
+class _SpeechJob:
+    lang: str
+    voice: str
+
+    def __call__(self, scene: Scene) -> tuple[str, bytes, dict[str, Any]]:
+        caption = describe(scene, self.lang)
+        speech = speak(caption, self.lang, scene.entropy, self.voice)
+        record = speech_record(scene, self.lang, caption, speech, self.voice)
+        return caption, encode_audio(speech.wave, speech.rate), record
+
+
+def write_speech(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
+    """Spoken captions, one shard set per language: ``flac`` (the caption spoken, see
+    sound.speak), ``txt`` (the written caption), ``jpg`` (the scene), ``json`` (language,
+    caption, words with their start and end in seconds)."""
+    jpgs = _jpegs(tuple(scenes), cfg.image_size)
+    for lang in cfg.languages:
+        spoken = _chunked_map(_SpeechJob(lang, cfg.voice), scenes)
+        with out.writer(lang) as writer:
+            for jpg, (caption, flac, record) in zip(jpgs, spoken):
+                sample = {"__key__": record["key"], "flac": flac, "txt": caption, "jpg": jpg}
+                writer.write({**sample, "json": record})
+
+
+AUDIO_VIEWS: dict[str, Callable[[Sequence[Scene], ViewOutput, ViewSettings], None]] = {
+    "audio": write_audio,
+    "speech": write_speech,
+}
+
+
+def audio_manifest(voice: str | None) -> dict[str, Any]:
+    """The manifest's ``audio`` section: the constants of sound.py (``voice``: when speech
+    was written by this run)."""
+    section = {
+        "sample_rate": SAMPLE_RATE,
+        "scene_seconds": SCENE_SECONDS,
+        "note_seconds": NOTE_SECONDS,
+        "onset": f"{ONSET_SPAN} * x seconds",
+        "pitches": dict(PITCHES),
+        "timbres": dict(TIMBRES),
+        "loudness_rms": dict(LOUDNESS),
+        "label": {"of": "count", "names": list(COUNT_LABELS)},
+        "speaker_pitch": dict(SPEAKERS),
+    }
+    return section if voice is None else {**section, "voice": voice}
 
 
 def _write_atomic(path: Path, text: str) -> None:
