@@ -29,10 +29,11 @@ affricates are a closure followed by a noise burst. Latin (with diacritics) and 
 letters have phones modelled on their usual sounds; any other character gets a phone drawn
 from a hash of its code point, so any script speaks. Phones last 55-85 ms (soft and hard
 signs 35, ß 100; jittered by up to 8%, on whole milliseconds), words are separated by
-pauses (120 ms; longer after a comma or a full stop), and the waveform is exactly zero between words before a faint noise floor is
-added, so the word boundaries returned are exact (:class:`Speech`). ``voice="espeak"``
-speaks through ``espeak-ng`` when it is installed: one call per caption with a long break
-between words, cut at those silences and re-spaced like the built-in voice.
+pauses (120 ms; longer after a comma or a full stop), and the waveform is exactly zero
+between words before a faint noise floor is added, so the word boundaries returned are exact
+(:class:`Speech`). ``voice="espeak"`` speaks through ``espeak-ng`` when it is installed: one
+call per caption with a long break between words, cut at those silences and re-spaced like
+the built-in voice.
 
 Synthesis (``_synthesise``): gains and pitch are laid out per millisecond (5 ms ramps between
 phones) and interpolated to samples; the voiced source (a glottal pulse per period, from a
