@@ -174,22 +174,24 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 def _units_fit(args: argparse.Namespace) -> int:
     from mmptm.data.units import fit_codebook
 
-    featurize = features = None
-    member = args.member or "npy"
+    kmeans = dict(
+        k=args.k or 0, levels=args.levels, branch=args.branch or 0,
+        max_vectors=args.max_vectors, iters=args.iters, seed=args.seed,
+        progress=not args.no_progress,
+    )  # fmt: skip
     if args.audio_features:  # HuBERT: the objective's own featurizer over decoded audio
-        from mmptm.objectives.audio_units import audio_sample_featurizer, build_featurizer
+        from mmptm.objectives.audio_units import fit_audio_codebook
 
-        featurizer = build_featurizer(args.audio_features, args.layer, device=args.device)
-        featurize = audio_sample_featurizer(featurizer, args.member)
-        features, member = featurizer.describe(), args.member or "audio"
+        record = fit_audio_codebook(
+            args.shards, args.out, features=args.audio_features, layer=args.layer,
+            member=args.member or "", device=args.device, **kmeans,
+        )  # fmt: skip
     elif args.layer:
         raise ValueError("--layer goes with --audio-features RUN (a teacher run)")
-    record = fit_codebook(
-        args.shards, args.out, member=member, k=args.k or 0, levels=args.levels,
-        branch=args.branch or 0, max_vectors=args.max_vectors, iters=args.iters,
-        seed=args.seed, device=args.device, progress=not args.no_progress,
-        featurize=featurize, features=features,
-    )  # fmt: skip
+    else:
+        record = fit_codebook(
+            args.shards, args.out, member=args.member or "npy", device=args.device, **kmeans
+        )
     shown = {k: v for k, v in record.items() if k != "shards"}
     print(f"codebook → {args.out} ({Path(args.out).with_suffix('.json')}): {json.dumps(shown)}")
     return 0
@@ -233,7 +235,11 @@ def _eval_probe(args: argparse.Namespace) -> int:
 
     if bool(args.folds) == bool(args.train or args.test):
         raise SystemExit("mmptm eval probe: give --train and --test, or --folds (not both)")
-    common = dict(view=args.view, overrides=args.overrides, random_init=args.random_init)
+    overrides = list(args.overrides)
+    if args.label_names:  # json `label` values, in index order
+        names = ", ".join(json.dumps(n) for n in args.label_names.split(","))
+        overrides.append(f"data.modalities.label.names=[{names}]")
+    common = dict(view=args.view, overrides=overrides, random_init=args.random_init)
     if args.folds:
         result = probe_folds(args.run, folds=args.folds, **common)
     else:
@@ -321,17 +327,24 @@ def _demo(args: argparse.Namespace) -> int:
             n_train=args.n_train, n_test=args.n_test, steps=args.steps,
             qa_steps=args.qa_steps, seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
+    elif args.study == "audio":
+        studies.audio_study(
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else studies.AUDIO_DEMO,
+            n_train=args.n_train, n_test=args.n_test, steps=args.steps,
+            ft_steps=args.ft_steps or 600, seed=args.seed,
+            overrides=args.overrides,
+        )  # fmt: skip
     elif args.study == "vqa":
         studies.vqa_study(
             out, recipes=tuple(args.recipes.split(",")) if args.recipes else studies.VL_RECIPES,
             n_train=args.n_train,
-            n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps,
+            n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps or 1500,
             seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
     else:
         studies.multilingual_study(
             out, n_train=args.n_train, n_test=args.n_test, steps=args.steps or 2000,
-            ft_steps=args.ft_steps, seeds=tuple(range(args.seeds)), seed=args.seed,
+            ft_steps=args.ft_steps or 1500, seeds=tuple(range(args.seeds)), seed=args.seed,
             overrides=args.overrides,
         )  # fmt: skip
     return 0
@@ -574,6 +587,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--view", default="", help="encoder to probe (default: first non-text)")
     pr.add_argument(
+        "--label-names",
+        default="",
+        help="comma list of the json label values in index order (default: the recipe's "
+        "data.modalities.label.names)",
+    )
+    pr.add_argument(
         "--random-init", action="store_true", help="probe the untrained architecture instead"
     )
     pr.add_argument("--out", default=None, help="also write the result as JSON here")
@@ -600,12 +619,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
     de.add_argument(
-        "study", nargs="?", default="clip", choices=["clip", "multilingual", "vqa", "video"]
+        "study",
+        nargs="?",
+        default="clip",
+        choices=["clip", "multilingual", "vqa", "video", "audio"],
     )
     de.add_argument("--recipes", default=None,
                     help="vqa: comma list of VL recipes (default: all five tiny ones); "
                     "video: of videoclip_tiny (default), video_clip_tiny, videobert_tiny, "
-                    "cbt_tiny")  # fmt: skip
+                    "cbt_tiny; audio: of clap_tiny, audio_image_tiny, wav2vec2_tiny, "
+                    "hubert_tiny, speechbert_tiny (default: clap_tiny,wav2vec2_tiny)")  # fmt: skip
     de.add_argument("--qa-steps", type=int, default=0,
                     help="video: video QA fine-tuning steps (0: no QA)")  # fmt: skip
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
@@ -613,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--n-test", type=int, default=500)
     de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
-    de.add_argument("--ft-steps", type=int, default=1500, help="fine-tuning steps")
+    de.add_argument("--ft-steps", type=int, default=0,
+                    help="fine-tuning steps (0: the study's own, 1500; audio: 600)")  # fmt: skip
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

@@ -8,6 +8,10 @@ Studies sit beside the command line and call library functions only.
   language) and the reversal test; optionally the frames model (mp4 decoded, a CNN per
   frame), VideoBERT and CBT, and video QA fine-tuning from pre-trained weights vs. from
   scratch.
+- ``audio``: toyworld scene sounds (and spoken captions) → CLAP text↔audio retrieval,
+  sound↔image retrieval, wav2vec 2.0 / HuBERT pre-training scored by a linear probe against
+  the same architecture untrained, SpeechBERT-style pre-training then spoken caption ↔ image
+  retrieval (pre-trained vs. from scratch).
 - ``multilingual``: MLM-only vs MLM+TLM vs MLM+TLM+XLCO (sentence-level cross-lingual
   contrast) pre-training (same model, same steps), compared on
   cross-lingual sentence retrieval (Tatoeba protocol) and zero-shot XNLI (fine-tune on
@@ -27,10 +31,12 @@ from mmptm.data import toyworld
 from mmptm.data.tokenizer import train_tokenizer
 from mmptm.data.units import fit_codebook
 from mmptm.eval.classification import evaluate_sets, format_accuracy
+from mmptm.eval.probe import evaluate_probe, format_probe
 from mmptm.eval.retrieval import evaluate_retrieval, evaluate_reversal, format_table
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.eval.xlingual import evaluate_xlingual
 from mmptm.models.run import load_run_config
+from mmptm.objectives.audio_units import fit_audio_codebook
 from mmptm.objectives.vqa import build_answer_vocab, shard_answers, write_answer_vocab
 from mmptm.train.trainer import Trainer, pretrain
 
@@ -382,5 +388,133 @@ def video_study(
         print(f"\nvideo QA accuracy (VQA soft score, %), {qa_steps} fine-tuning steps:")
         for key, acc in result["video_qa"].items():
             print(f"  {key:<36} {acc:5.1f}")
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    return result
+
+
+AUDIO_RECIPES = (
+    "clap_tiny",
+    "audio_image_tiny",
+    "wav2vec2_tiny",
+    "hubert_tiny",
+    "speechbert_tiny",
+)
+#: audio-view runs whose label probe (number of objects) is reported, with a random-init
+#: baseline of the same architecture
+_PROBED = ("clap_tiny", "wav2vec2_tiny", "hubert_tiny")
+_COUNT_NAMES = "1,2,3,4"
+#: what ``mmptm demo audio`` runs by default (within 10 minutes on 2 cores)
+AUDIO_DEMO = ("clap_tiny", "wav2vec2_tiny")
+
+
+def audio_study(
+    out: Path,
+    *,
+    recipes: tuple[str, ...] = AUDIO_DEMO,
+    n_train: int = 4000,
+    n_test: int = 500,
+    steps: int = 0,
+    ft_steps: int = 600,
+    seed: int = 0,
+    retrieval_items: int = 500,
+    overrides=(),
+) -> dict[str, Any]:
+    """Audio pre-training on toyworld's scene sounds and spoken captions (``mmptm demo audio``).
+
+    ``clap_tiny``: text↔audio retrieval (English, and per language); ``audio_image_tiny``:
+    sound↔image retrieval; ``wav2vec2_tiny`` / ``hubert_tiny`` (and CLAP's audio tower): a
+    linear probe of how many objects a scene sound holds, beside the same architecture with
+    its initial weights; ``speechbert_tiny``: pre-training on spoken + written captions, then
+    spoken caption ↔ image retrieval fine-tuned from its audio encoder and from scratch
+    (``ft_steps``). results.json is rewritten after every run.
+    """
+    unknown = [r for r in recipes if r not in AUDIO_RECIPES]
+    if unknown:
+        raise ValueError(f"audio study recipes {unknown}: choices {', '.join(AUDIO_RECIPES)}")
+    times: dict[str, float] = {}
+    t = time.perf_counter()
+    write = ("audio", "speech") if "speechbert_tiny" in recipes else ("audio",)
+    data = _prepare(
+        out, n_train, n_test, seed, LANGS[:4], 1000, views=("audio",), model_type="bpe",
+        write=write,
+    )  # fmt: skip
+    codebook = data / "audio" / "mfcc_k32.npy"
+    if "hubert_tiny" in recipes:
+        fit_audio_codebook(f"{data}/audio/train-*.tar", codebook, k=32, seed=seed)  # MFCC
+    times["data+tokenizer"] = time.perf_counter() - t
+    result: dict[str, Any] = {"retrieval": {}, "languages": {}, "probe": {}}
+    audio = {split: f"{data}/audio/{split}-*.tar" for split in ("train", "val", "test")}
+
+    def save() -> None:
+        result["seconds"] = times
+        (out / "results.json").write_text(json.dumps(result, indent=2))
+
+    def train(recipe: str, run: Path, extra=()) -> None:
+        t = time.perf_counter()
+        folder = "finetune" if recipe == "speech_image" else "pretrain"
+        cfg = load_run_config(
+            f"configs/{folder}/{recipe}.yaml",
+            [f"output_dir={run}", "resume=true", f"seed={seed}",
+             f"data.tokenizer={data}/tokenizer.model", *extra, *overrides],
+        )  # fmt: skip
+        pretrain(cfg)
+        times[f"train {run.name}"] = time.perf_counter() - t
+
+    for recipe in recipes:
+        run = out / recipe
+        if recipe == "speechbert_tiny":
+            speech = [f"data.{s}={data}/speech/{s}-*.tar" for s in ("train", "val", "test")]
+            train(recipe, run, [*speech, *([f"train.max_steps={steps}"] if steps else [])])
+            # spoken caption ↔ image: English spoken captions of the test scenes
+            for how, init in (("pre-trained", f"init={run}"), ("from scratch", "init=__delete__")):
+                ft = out / f"speech_image_{how.replace(' ', '_')}"
+                train("speech_image", ft, [init, f"train.max_steps={ft_steps}",
+                      f"data.train={data}/speech/train-*.tar",
+                      f"data.val={data}/speech/val-en-*.tar",
+                      f"data.test={data}/speech/test-en-*.tar"])  # fmt: skip
+                r = evaluate_retrieval(str(ft), split="test", max_items=retrieval_items)
+                result["retrieval"][f"spoken caption↔image, {how}"] = r
+                save()
+            continue
+        paths = [f"data.{s}={audio[s]}" for s in ("train", "val", "test")]
+        if recipe == "hubert_tiny":
+            paths.append(f"model.objectives.hubert.codebook={codebook}")
+        train(recipe, run, [*paths, *([f"train.max_steps={steps}"] if steps else [])])
+        t = time.perf_counter()
+        if recipe in ("clap_tiny", "audio_image_tiny"):
+            name = "text↔audio (CLAP)" if recipe == "clap_tiny" else "image↔sound"
+            r = evaluate_retrieval(str(run), split="test", max_items=retrieval_items)
+            result["retrieval"][name] = r
+        if recipe == "clap_tiny":
+            for lang in LANGS[:4]:
+                over = [f"data.modalities.text.caption_languages=[{lang}]"]
+                r = evaluate_retrieval(
+                    str(run), split="test", max_items=retrieval_items, overrides=over
+                )
+                result["languages"][lang] = r
+        if recipe in _PROBED:
+            names = [f'"{n}"' for n in _COUNT_NAMES.split(",")]
+            over = [f"data.modalities.label.names=[{', '.join(names)}]"]
+            for how, random_init in (("pre-trained", False), ("random init", True)):
+                result["probe"][f"{recipe} {how}"] = evaluate_probe(
+                    str(run), train=audio["train"], test=audio["test"], overrides=over,
+                    random_init=random_init,
+                )  # fmt: skip
+        times[f"eval {recipe}"] = time.perf_counter() - t
+        save()
+    result["settings"] = {"recipes": list(recipes), "n_train": n_train, "n_test": n_test,
+                          "steps": steps, "ft_steps": ft_steps, "seed": seed}  # fmt: skip
+    save()
+    if result["retrieval"]:
+        n = int(next(iter(result["retrieval"].values()))["n"])
+        print(f"\nretrieval, toyworld test split ({n} items; i2t = item→text/image, t2i = the")
+        print("other way; English captions; MdR = median rank):")
+        print(format_table(result["retrieval"]))
+    if result["languages"]:
+        print("\ntext↔audio retrieval by caption language (clap_tiny):")
+        print(format_table(result["languages"]))
+    if result["probe"]:
+        print("\nlinear probe: how many objects a scene sound holds (1-4):")
+        print(format_probe(result["probe"]))
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     return result

@@ -42,6 +42,7 @@ import torch
 
 from mmptm.batch import Batch
 from mmptm.config import from_dict
+from mmptm.data.units import fit_codebook
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities.audio_io import AUDIO_MEMBERS, conv_steps, read_audio, resample
 from mmptm.modalities.base import Sample, view_prefix
@@ -293,6 +294,27 @@ def audio_sample_featurizer(
     return featurize
 
 
+def fit_audio_codebook(
+    shards: str,
+    out: str | Path,
+    *,
+    features: str = "mfcc",
+    layer: int = 0,
+    member: str = "",
+    device: str = "cpu",
+    **kmeans: Any,
+) -> dict[str, Any]:
+    """``mmptm units fit --audio-features``: a codebook of the ``hubert`` objective's units
+    (``features``: ``mfcc`` or a teacher run at ``layer``) over the audio of ``shards``;
+    ``kmeans``: the rest of :func:`~mmptm.data.units.fit_codebook`'s settings."""
+    featurizer = build_featurizer(features, layer, device=device)
+    return fit_codebook(
+        shards, out, member=member or "audio", device=device,
+        featurize=audio_sample_featurizer(featurizer, member or None),
+        features=featurizer.describe(), **kmeans,
+    )  # fmt: skip
+
+
 __all__ = [
     "MFCC_DIM",
     "SAMPLE_RATE",
@@ -301,6 +323,7 @@ __all__ = [
     "TeacherFeaturizer",
     "audio_sample_featurizer",
     "build_featurizer",
+    "fit_audio_codebook",
     "latest_checkpoint",
     "mfcc_features",
     "normalize_wave",
