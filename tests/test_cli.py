@@ -112,3 +112,30 @@ def test_demo_video_runs_every_recipe_and_video_qa(tmp_path, capsys):
     }  # fmt: skip
     printed = capsys.readouterr().out
     assert "reversal test" in printed and "text↔video retrieval" in printed
+
+
+@pytest.mark.slow
+def test_demo_audio_runs_every_recipe(tmp_path, capsys):
+    """`mmptm demo audio` end to end at toy sizes: scene sounds and spoken captions, the MFCC
+    codebook, five pre-trainings, retrieval (text↔audio per language, sound↔image, spoken
+    caption↔image both ways), linear probes against their random-init baselines."""
+    out = tmp_path / "demo"
+    argv = ["demo", "audio", "--out", str(out), "--n-train", "32", "--n-test", "16",
+            "--steps", "2", "--ft-steps", "2",
+            "--recipes", "clap_tiny,audio_image_tiny,wav2vec2_tiny,hubert_tiny,speechbert_tiny",
+            "--set", "data.batch_size=8", "--set", "data.num_workers=0"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert set(result["retrieval"]) == {
+        "text↔audio (CLAP)", "image↔sound",
+        "spoken caption↔image, pre-trained", "spoken caption↔image, from scratch",
+    }  # fmt: skip
+    assert set(result["languages"]) == {"en", "de", "fr", "ru"}
+    assert set(result["probe"]) == {
+        f"{r} {how}" for r in ("clap_tiny", "wav2vec2_tiny", "hubert_tiny")
+        for how in ("pre-trained", "random init")
+    }  # fmt: skip
+    for r in result["probe"].values():
+        assert 0 <= r["acc"] <= 1 and r["n_test"] == 16
+    printed = capsys.readouterr().out
+    assert "linear probe" in printed and "text↔audio" in printed
