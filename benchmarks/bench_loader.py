@@ -9,6 +9,12 @@ times after a warm-up; the median is printed. Decoding runs in the main process 
     mmptm tokenizer train --input '/tmp/tw/mono/train-*.tar' --out /tmp/tw/tokenizer \
         --vocab-size 2000 --model-type bpe
     .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw
+    # audio recipes: toyworld's audio views (and an MFCC codebook for hubert_tiny)
+    mmptm data toyworld --out /tmp/tw --views audio,speech
+    mmptm units fit --shards '/tmp/tw/audio/train-*.tar' --k 32 --audio-features mfcc \
+        --out /tmp/tw/audio/mfcc_k32.npy
+    .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw \
+        --recipes clap_tiny,wav2vec2_tiny,speechbert_tiny --workers 0
     # video recipes: toyworld's video views (and a codebook for videobert_tiny)
     mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es --views video,video_features
     mmptm units fit --shards '/tmp/tw/video_features/train-*.tar' --k 256 \
@@ -33,6 +39,7 @@ from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
+AUDIO_VIEW = ("clap_tiny", "audio_image_tiny", "wav2vec2_tiny", "hubert_tiny")
 VL = ("clip_tiny", "vilt_tiny", "visualbert_tiny", "uniter_tiny", "lxmert_tiny", "albef_tiny")
 
 
@@ -47,9 +54,13 @@ def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
         ]
     views = {"clip_tiny": "image_text", "vilt_tiny": "image_text", "video_clip_tiny": "video"}
     views |= {k: "video_features" for k in ("videoclip_tiny", "videobert_tiny", "cbt_tiny")}
+    views |= {k: "audio" for k in AUDIO_VIEW}
+    views["speechbert_tiny"] = "speech"
     view = views.get(recipe, "regions")
     if recipe == "videobert_tiny":
         over.append(f"model.encoders.units.codebook={data}/video_features/codebook.npy")
+    if recipe == "hubert_tiny":
+        over.append(f"model.objectives.hubert.codebook={data}/audio/mfcc_k32.npy")
     return [*over, f"data.train={data}/{view}/train-*.tar"]
 
 
