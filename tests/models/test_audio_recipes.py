@@ -115,3 +115,36 @@ def test_speechbert_audio_encoder_carries_over_to_speech_image(tiny_world, speec
     moved = sum(float((b[n] - a[n]).norm()) for n in a)
     apart = sum(float((c[n] - a[n]).norm()) for n in a)
     assert moved < 0.2 * apart, (moved, apart)
+
+
+@pytest.mark.slow
+def test_audio_classification_finetunes_a_pretrained_encoder(tiny_world, speech_world, tmp_path):
+    """`mmptm finetune configs/finetune/audio_classification.yaml init=RUN`: the wav2vec 2.0
+    encoder of the run with a new head on its pooled vector, scored on data.eval."""
+    import json
+
+    from mmptm.cli import main
+
+    cfg = _config(
+        "wav2vec2_tiny", tiny_world, speech_world, tmp_path / "w2v", ["train.max_steps=2"]
+    )
+    pretrain(cfg)
+    audio = f"{tiny_world}/audio"
+    argv = [
+        "finetune", str(ROOT / "configs/finetune/audio_classification.yaml"),
+        f"init={tmp_path / 'w2v'}", f"output_dir={tmp_path / 'cls'}", "train.max_steps=2",
+        f"data.train={audio}/train-*.tar", f"data.test={audio}/test-*.tar",
+        f"data.eval.test={audio}/test-*.tar", "data.batch_size=8", "data.num_workers=0",
+        "train.progress=false",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "cls" / "eval.json").read_text())
+    assert 0 <= result["test"] <= 1
+    model, _, _ = load_pretrained(str(tmp_path / "cls"))
+    src, _, _ = load_pretrained(str(tmp_path / "w2v"))
+    a = src.encoders["audio"].state_dict()
+    b = model.encoders["audio"].state_dict()
+    assert a.keys() == b.keys()  # the pre-trained encoder, then 2 fine-tuning steps
+    assert sum(float((a[k].float() - b[k].float()).norm()) for k in a) < 0.2 * sum(
+        float(a[k].float().norm()) for k in a
+    )
