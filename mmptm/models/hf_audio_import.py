@@ -34,7 +34,7 @@ import torch
 from mmptm.config import from_dict, save_config, to_dict
 from mmptm.data.pipeline import DataConfig
 from mmptm.models import checkpoint
-from mmptm.models.hf_import import load_hf_state_dict
+from mmptm.models.hf_import import fit_state, load_hf_state_dict
 from mmptm.models.load import NO_TEXT
 from mmptm.models.pretrain import ModelConfig, PretrainModel
 from mmptm.models.run import RunConfig
@@ -278,21 +278,7 @@ def wav2vec2_state_dict_to_mmptm(
     # mmptm's modality-type embedding has no HF counterpart: zero keeps the tokens HF's.
     out[_E + "type_embedding"] = torch.zeros(cfg.width)
 
-    expected = PretrainModel(cfg, NO_TEXT).state_dict()
-    missing = sorted(set(expected) - set(out))
-    if missing:
-        raise ValueError(f"mmptm parameters the checkpoint does not initialise: {missing}")
-    extra = sorted(set(out) - set(expected))
-    if extra:  # e.g. more layers in the weights than num_hidden_layers says
-        raise ValueError(f"checkpoint tensors beyond the config's model: {extra}")
-    bad = [
-        f"{k}: checkpoint {tuple(out[k].shape)} vs model {tuple(v.shape)}"
-        for k, v in expected.items()
-        if out[k].shape != v.shape
-    ]
-    if bad:
-        raise ValueError("shape mismatch: " + "; ".join(bad))
-    return cfg, {k: out[k] for k in expected}
+    return cfg, fit_state(out, PretrainModel(cfg, NO_TEXT).state_dict())
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -30,7 +30,13 @@ from mmptm.models import checkpoint
 from mmptm.models.pretrain import ModelConfig, PretrainModel
 from mmptm.models.run import RunConfig
 
-__all__ = ["HF_TO_MMPTM", "import_xlmr", "load_hf_state_dict", "xlmr_state_dict_to_mmptm"]
+__all__ = [
+    "HF_TO_MMPTM",
+    "fit_state",
+    "import_xlmr",
+    "load_hf_state_dict",
+    "xlmr_state_dict_to_mmptm",
+]
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +230,14 @@ def xlmr_state_dict_to_mmptm(
     # mmptm's modality-type embedding has no XLM-R counterpart: zero keeps the sum unchanged.
     out["encoders.text.type_embedding"] = torch.zeros(cfg.width)
 
-    expected = PretrainModel(cfg, _vocab_info(hf_config)).state_dict()
+    return cfg, fit_state(out, PretrainModel(cfg, _vocab_info(hf_config)).state_dict())
+
+
+def fit_state(
+    out: dict[str, torch.Tensor], expected: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``out`` in the order of ``expected`` (a fresh model's state dict), once it holds
+    exactly its tensors with their shapes; else one error naming what differs."""
     missing = sorted(set(expected) - set(out))
     if missing:
         raise ValueError(f"mmptm parameters the checkpoint does not initialise: {missing}")
@@ -238,7 +251,7 @@ def xlmr_state_dict_to_mmptm(
     ]
     if bad:
         raise ValueError("shape mismatch: " + "; ".join(bad))
-    return cfg, {k: out[k] for k in expected}
+    return {k: out[k] for k in expected}
 
 
 def load_hf_state_dict(hf_dir: str | Path) -> dict[str, torch.Tensor]:
