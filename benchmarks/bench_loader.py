@@ -12,7 +12,7 @@ times after a warm-up; the median is printed. Decoding runs in the main process 
     # audio recipes: toyworld's audio views (and an MFCC codebook for hubert_tiny)
     mmptm data toyworld --out /tmp/tw --views audio,speech
     mmptm units fit --shards '/tmp/tw/audio/train-*.tar' --k 32 --audio-features mfcc \
-        --out /tmp/tw/audio/mfcc_k32.npy
+        --out /tmp/tw/audio/mfcc_codebook.npy
     .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw \
         --recipes clap_tiny,wav2vec2_tiny,speechbert_tiny --workers 0
     # video recipes: toyworld's video views (and a codebook for videobert_tiny)
@@ -60,7 +60,7 @@ def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
     if recipe == "videobert_tiny":
         over.append(f"model.encoders.units.codebook={data}/video_features/codebook.npy")
     if recipe == "hubert_tiny":
-        over.append(f"model.objectives.hubert.codebook={data}/audio/mfcc_k32.npy")
+        over.append(f"model.objectives.hubert.codebook={data}/audio/mfcc_codebook.npy")
     return [*over, f"data.train={data}/{view}/train-*.tar"]
 
 

@@ -438,7 +438,7 @@ def audio_study(
         out, n_train, n_test, seed, LANGS[:4], 1000, views=("audio",), model_type="bpe",
         write=write,
     )  # fmt: skip
-    codebook = data / "audio" / "mfcc_k32.npy"
+    codebook = data / "audio" / "mfcc_codebook.npy"
     if "hubert_tiny" in recipes:
         fit_audio_codebook(f"{data}/audio/train-*.tar", codebook, k=32, seed=seed)  # MFCC
     times["data+tokenizer"] = time.perf_counter() - t

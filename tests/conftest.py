@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def tiny_world(tmp_path_factory) -> Path:
     """toyworld (5 languages) with 96 train / 32 val / 32 test scenes in shards of 16 (every
     view, video and scene sounds too, but not ``speech``: 800 spoken captions would take
-    100 MB and several seconds), a tokenizer and a 16-unit codebook of the video features."""
+    100 MB and several seconds), a tokenizer, a 16-unit codebook of the video features and
+    an 8-unit MFCC codebook of the scene sounds."""
     from mmptm.data.units import fit_codebook
+    from mmptm.objectives.audio_units import fit_audio_codebook
 
     out = tmp_path_factory.mktemp("toyworld")
     views = [v for v in toyworld.ALL_VIEWS if v != "speech"]
@@ -30,6 +32,8 @@ def tiny_world(tmp_path_factory) -> Path:
     train_tokenizer(shards, out / "tokenizer", vocab_size=400, seed=0, num_threads=1)
     codebook = out / "video_features" / "codebook.npy"
     fit_codebook(f"{out}/video_features/train-*.tar", codebook, k=16, seed=0)
+    # HuBERT's iteration-1 units (hubert_tiny reads audio/mfcc_codebook.npy)
+    fit_audio_codebook(f"{out}/audio/train-*.tar", out / "audio" / "mfcc_codebook.npy", k=8)
     return out
 
 
@@ -64,6 +68,9 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     for name, enc in (model.get("encoders") or {}).items():
         if isinstance(enc, dict) and enc.get("codebook"):  # units encoders (VideoBERT)
             over.append(f"model.encoders.{name}.codebook={here(enc['codebook'])}")
+    for name, obj in (model.get("objectives") or {}).items():
+        if isinstance(obj, dict) and obj.get("codebook"):  # HuBERT's MFCC units
+            over.append(f"model.objectives.{name}.codebook={here(obj['codebook'])}")
     if model.get("fusion", {}).get("type") == "two_stream":
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:

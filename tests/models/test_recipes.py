@@ -37,9 +37,9 @@ def _not_in_world(cfg) -> str:
             expand_shards(cfg.data.train)
         except FileNotFoundError as e:
             return str(e)
-    for enc in cfg.model.encoders.values():
-        if getattr(enc, "codebook", "") and not Path(enc.codebook).is_file():
-            return f"no codebook {enc.codebook}"
+    for part in (*cfg.model.encoders.values(), *cfg.model.objectives.values()):
+        if getattr(part, "codebook", "") and not Path(part.codebook).is_file():
+            return f"no codebook {part.codebook}"
     return ""
 
 
@@ -89,6 +89,9 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
     if recipe.stem == "videobert_base":  # VideoBERT's 12^4 visual words
         np.save(tmp_path / "codebook.npy", np.zeros((20736, 2), dtype=np.float32))
         over.append(f"model.encoders.units.codebook={tmp_path}/codebook.npy")
+    if recipe.stem == "hubert_base":  # HuBERT iteration 1: 100 MFCC units
+        np.save(tmp_path / "mfcc.npy", np.zeros((100, 39), dtype=np.float32))
+        over.append(f"model.objectives.hubert.codebook={tmp_path}/mfcc.npy")
     cfg = load_run_config(str(recipe), over)
     model, _tok = build_model(cfg)
     n = sum(p.numel() for p in model.parameters())
@@ -119,6 +122,12 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "cbt_base": (112e6, 120e6),
         # VideoCLIP: BERT-base text tower 85M + 6 video layers 43M + S3D projection (512-d)
         "videoclip_base": (128e6, 133e6),
+        # CLAP: AST-B 86M + a 12-layer text tower 85M; wav2vec 2.0 / HuBERT BASE: 94.4M
+        # encoder + quantiser / unit heads; SpeechBERT-style: 6 audio layers 43M + BERT-base
+        "clap_base": (165e6, 180e6),
+        "wav2vec2_base": (94e6, 96e6),
+        "hubert_base": (94e6, 96e6),
+        "speechbert_base": (125e6, 140e6),
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024}
