@@ -60,6 +60,14 @@ def component(registry: Registry[Any], default: Any = _MISSING) -> Any:
     raise TypeError(f"component default must be None, a name, a mapping or a Config: {default!r}")
 
 
+def bounded(
+    default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None
+) -> Any:
+    """Declare a number field with bounds, checked on loading: ``log_every: int = bounded(10,
+    ge=1)``. A value outside them is an error naming the dotted key and the range."""
+    return dataclasses.field(default=default, metadata={"bounds": (ge, gt, le)})
+
+
 def components(registry: Registry[Any], *, keyed: bool = False) -> Any:
     """Declare a ``dict[str, <part Config>]`` field (e.g. encoders by modality), default empty.
 
@@ -136,6 +144,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         registry = f.metadata.get("registry")
         if registry is None:
             kwargs[name] = _convert(hints[name], value, key)
+            if "bounds" in f.metadata:
+                _check_bounds(kwargs[name], f.metadata["bounds"], key)
         elif f.metadata.get("many"):
             if not isinstance(value, Mapping):
                 raise ConfigError(
@@ -156,6 +166,15 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise
     except ValueError as e:  # __post_init__ checks
         raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def _check_bounds(value: Any, bounds: tuple[Any, Any, Any], key: str) -> None:
+    ge, gt, le = bounds
+    checks = [(ge, ">=", lambda lo: value >= lo), (gt, ">", lambda lo: value > lo),
+              (le, "<=", lambda hi: value <= hi)]  # fmt: skip
+    if value is not None and not all(ok(b) for b, _, ok in checks if b is not None):
+        allowed = " and ".join(f"{op} {b}" for b, op, _ in checks if b is not None)
+        raise ConfigError(f"{key}: must be {allowed}, got {value!r}")
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -407,6 +426,7 @@ __all__ = [
     "DELETE",
     "ConfigError",
     "apply_overrides",
+    "bounded",
     "component",
     "components",
     "deep_merge",

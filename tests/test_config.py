@@ -396,3 +396,27 @@ def test_a_component_of_another_type_replaces_the_inherited_one(tmp_path):
     tree = load_yaml_tree(tmp_path / "child.yaml")
     assert tree["fusion"] == {"type": "two_stream", "variant": "lxmert"}  # nothing inherited
     assert tree["keep"] == {"type": "a", "x": 2}  # same (or unnamed) type: merged
+
+
+# --- ranges ------------------------------------------------------------------------------------
+
+
+def test_bounded_fields_name_the_key_and_the_range() -> None:
+    from mmptm.config import bounded
+
+    @dataclass
+    class Opt:
+        every: int = bounded(10, ge=1)
+        ratio: float = bounded(0.5, ge=0, le=1)
+        eps: float = bounded(1e-6, gt=0)
+
+    @dataclass
+    class Top:
+        opt: Opt = field(default_factory=Opt)
+
+    assert from_dict(Top, {"opt": {"every": 1, "ratio": 1, "eps": 1e-9}}).opt.every == 1
+    assert error(from_dict, Top, {"opt": {"every": 0}}) == "opt.every: must be >= 1, got 0"
+    assert "opt.ratio: must be >= 0 and <= 1, got 1.5" in error(
+        from_dict, Top, {"opt": {"ratio": 1.5}}
+    )
+    assert "opt.eps: must be > 0, got 0.0" in error(from_dict, Top, {"opt": {"eps": 0}})

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
-from mmptm.config import components
+from mmptm.config import bounded, components
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
 from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
@@ -39,10 +39,10 @@ class SourceConfig:
     #: shard spec; with ``languages`` it contains ``{lang}``, e.g. ``mono/train-{lang}-*.tar``
     shards: str
     #: relative share of batches (normalised over the sources)
-    weight: float = 1.0
+    weight: float = bounded(1.0, ge=0)
     #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
     languages: list[str] = field(default_factory=list)
-    alpha: float = 0.7
+    alpha: float = bounded(0.7, ge=0)
     #: two-sentence samples (parallel pairs) for a model with one text view: ``join`` them
     #: into one sequence (TLM) or ``stack`` them as separate rows of one batch
     #: (sentence-level contrastive over ``[text, text]``); see ``modalities/text.py``
@@ -60,9 +60,10 @@ class DataConfig:
     test: str = ""
     #: sentencepiece ``.model`` file (``mmptm tokenizer train`` writes one)
     tokenizer: str = ""
-    batch_size: int = 32
-    num_workers: int = 0
-    shuffle_buffer: int = 1000
+    batch_size: int = bounded(32, ge=1)
+    num_workers: int = bounded(0, ge=0)
+    #: samples; 0 or 1 = no shuffle
+    shuffle_buffer: int = bounded(1000, ge=0)
     #: sample shards with replacement forever instead of per-epoch permutations
     resampled: bool = False
     #: instead of ``train``: a mixture of sources, each batch drawn from one of them

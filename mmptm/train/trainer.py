@@ -93,8 +93,6 @@ class Trainer:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         tc = cfg.train
-        if tc.grad_accum < 1:
-            raise ValueError(f"train.grad_accum must be >= 1, got {tc.grad_accum}")
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
         self.dist = init_distributed(device_type or "cpu")
         self.device = pick_device(tc.device, self.dist.local_rank)
