@@ -34,6 +34,7 @@ from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
+from mmptm.objectives.base import Objective
 from mmptm.train.optim import build_optimizer, freeze
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ class Trainer:
             )
         if tc.compile:
             self.net = torch.compile(self.net)
+        #: parameter constraints to apply after each optimiser step (a clamped temperature)
+        self.objectives = [m for m in self.model.modules() if isinstance(m, Objective)]
         self.step = 0
         self.data_state = DataState()
 
@@ -248,6 +251,8 @@ class Trainer:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
             terms["grad_norm"] = float(norm)
         self.optimizer.step()
+        for objective in self.objectives:
+            objective.after_step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1

@@ -186,3 +186,13 @@ def test_resume_with_another_schedule_is_refused(tiny_world, tmp_path):
     trainer = Trainer(load_run_config(CLIP, same))
     trainer.fit()  # a finished run resumes to its end: nothing left to do
     assert trainer.step == 2
+
+
+def test_trainer_clamps_the_logit_scale_after_each_step(tiny_world, tmp_path):
+    cfg = load_run_config(CLIP, [*tiny_overrides(tiny_world, tmp_path / "r"), "train.max_steps=1"])
+    trainer = Trainer(cfg)
+    scale = trainer.model.objectives["contrastive"].logit_scale
+    with torch.no_grad():
+        scale.fill_(6.0)  # ln 403: above ln 100
+    trainer.fit()
+    assert scale.item() == pytest.approx(math.log(100.0))
