@@ -378,6 +378,25 @@ def test_save_then_load_gives_the_same_config(tmp_path: Path) -> None:
     assert os.stat(out).st_mode & 0o777 == 0o644
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_saved_files_follow_the_umask_and_stale_temporaries_go(tmp_path: Path, umask) -> None:
+    from mmptm.config import remove_temporaries, write_atomic
+
+    out = tmp_path / "config.yaml"
+    stale = tmp_path / ".config.yaml.1234abcd.tmp"  # a writer killed before its rename
+    stale.write_text("half")
+    old = os.umask(umask)
+    try:
+        save_config(from_dict(Run, FULL), out)
+        write_atomic(tmp_path / "blob.bin", lambda f: f.write(b"x"))
+    finally:
+        os.umask(old)
+    assert os.stat(out).st_mode & 0o777 == 0o666 & ~umask
+    assert os.stat(tmp_path / "blob.bin").st_mode & 0o777 == 0o666 & ~umask
+    assert remove_temporaries(out) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin", "config.yaml"]
+
+
 def test_save_overwrites_atomically(tmp_path: Path) -> None:
     out = write(tmp_path / "config.yaml", "old")
     cfg = dataclasses.replace(from_dict(Run, FULL), output_dir="runs/new")

@@ -9,10 +9,8 @@ rename), so a killed write never leaves a half checkpoint under the real name.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.config import apply_overrides
+from mmptm.config import apply_overrides, write_atomic
 from mmptm.models.run import RunConfig, run_config
 
 log = logging.getLogger(__name__)
@@ -74,18 +72,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_atomic(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same folder, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda f: torch.save(obj, f))
+
+
+def remove_temporaries(ckpt_dir: str | Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that were killed before their rename."""
+    d = Path(ckpt_dir)
+    stale = sorted(d.glob(".step_*.pt.*.tmp")) if d.is_dir() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def checkpoint_path(ckpt_dir: str | Path, step: int) -> Path:

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from mmptm.batch import move_to
-from mmptm.config import save_config, to_dict
+from mmptm.config import remove_temporaries, save_config, to_dict, write_atomic
 from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
@@ -86,6 +86,24 @@ def _gather(obj: Any, d: Dist) -> list[Any]:
     out: list[Any] = [None] * d.world
     dist.all_gather_object(out, obj)
     return out
+
+
+def keep_rows_until(metrics_path: Path, step: int) -> None:
+    """Drop the rows of steps after ``step`` (logged by a run that was then resumed from an
+    earlier checkpoint, and about to be logged again) and a half-written last line."""
+    if not metrics_path.exists():
+        return
+    lines = metrics_path.read_text().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("step", 0) <= step and line.endswith("\n"):
+            kept.append(line)
+    if kept != lines:
+        write_atomic(metrics_path, lambda f: f.write("".join(kept).encode()))
 
 
 class Trainer:
@@ -262,9 +280,16 @@ class Trainer:
         """Train to ``train.max_steps``; returns the last logged metrics."""
         cfg, tc = self.cfg, self.cfg.train
         self._maybe_resume()
+        metrics_path = self.out / "metrics.jsonl"
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.yaml")
+            # what a killed run left: half-written files, and rows past the resumed step
+            stale = checkpoint.remove_temporaries(self.ckpt_dir)
+            stale += remove_temporaries(metrics_path) + remove_temporaries(self.out / "config.yaml")
+            if stale:
+                log.info("removed %d temporary files of an interrupted run", len(stale))
+            keep_rows_until(metrics_path, self.step)
         self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state)
         batches = iter(self.loader)
         bar = tqdm(
@@ -274,7 +299,7 @@ class Trainer:
             desc="pretrain",
             dynamic_ncols=True,
         )
-        metrics_file = (self.out / "metrics.jsonl").open("a") if self.dist.main else None
+        metrics_file = metrics_path.open("a") if self.dist.main else None
         last: dict[str, Any] = {}
         samples = 0
         end = min(tc.max_steps, tc.stop_at) if tc.stop_at > 0 else tc.max_steps

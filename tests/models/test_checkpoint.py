@@ -4,6 +4,7 @@ behind, and files are written with the permissions of any other file the user wr
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,14 @@ def test_a_broken_checkpoint_named_explicitly_is_an_error_not_a_fallback(tmp_pat
     newest.write_bytes(newest.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"step_00000006.pt: cannot read this checkpoint"):
         checkpoint.read(newest)
+
+
+def test_checkpoints_are_written_with_the_umask_and_leave_no_temporary(tmp_path):
+    ckpt_dir = tmp_path / "checkpoints"
+    old = os.umask(0o022)
+    try:
+        path = _write(ckpt_dir, 3)
+    finally:
+        os.umask(old)
+    assert os.stat(path).st_mode & 0o777 == 0o644  # was 0600: others could not read it
+    assert [p.name for p in ckpt_dir.iterdir()] == ["step_00000003.pt"]

@@ -196,3 +196,19 @@ def test_trainer_clamps_the_logit_scale_after_each_step(tiny_world, tmp_path):
         scale.fill_(6.0)  # ln 403: above ln 100
     trainer.fit()
     assert scale.item() == pytest.approx(math.log(100.0))
+
+
+def test_resume_behind_the_last_logged_step_keeps_one_row_per_step(tiny_world, tmp_path):
+    run = tmp_path / "r"
+    over = [*tiny_overrides(tiny_world, run), "train.max_steps=6", "train.ckpt_every=3"]
+    pretrain(load_run_config(CLIP, over))
+    first = _rows(run)
+    # killed after logging step 6 but before its checkpoint landed: a temporary file is left
+    ckpt6 = run / "checkpoints" / "step_00000006.pt"
+    ckpt6.rename(run / "checkpoints" / ".step_00000006.pt.k1ll3d00.tmp")
+    pretrain(load_run_config(CLIP, [*over, "resume=true"]))
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # 4..6 were written twice before
+    assert _losses(rows) == _losses(first)
+    leftovers = [p.name for p in run.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
