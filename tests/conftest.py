@@ -81,6 +81,19 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     return over
 
 
+def cli_error(capsys, argv: list[str]) -> str:
+    """Run ``mmptm argv`` in this process; it must fail with status 2 and one line, no
+    traceback. Returns that line."""
+    from mmptm.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"mmptm {argv[0]}: error: ")
+    return last
+
+
 def text_image_model_config(**extra):
     """A tiny text + ViT-patch model config (width 16); ``extra`` replaces top-level keys."""
     from mmptm.models.pretrain import ModelConfig

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import ROOT, cli_error, tiny_overrides
 
 from mmptm.cli import main
 
@@ -59,6 +59,30 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
 def test_missing_config_file_is_named(tmp_path):
     r = mmptm("pretrain", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "nope.yaml" in r.stderr
+
+
+def test_unwritable_output_dir_is_one_line_before_training(tiny_world, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    over = [*tiny_overrides(tiny_world, blocker / "run")]
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    assert f"output_dir {blocker / 'run'} is not writable" in line
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        over = [*tiny_overrides(tiny_world, locked / "run")]
+        line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+        assert "is not writable" in line and "Permission denied" in line
+
+
+def test_shards_none_of_which_is_readable_are_one_line(tiny_world, tmp_path, capsys):
+    for i in range(2):
+        (tmp_path / f"bad-{i}.tar").write_bytes(os.urandom(3000))
+    over = [*tiny_overrides(tiny_world, tmp_path / "run"), f"data.train={tmp_path}/bad-*.tar"]
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    assert "no batch" in line and "2 bad samples were skipped" in line
+    with pytest.raises(ValueError, match="no batch"):  # --debug: the traceback
+        main(["--debug", "pretrain", "configs/pretrain/clip_tiny.yaml", *over])
 
 
 @pytest.mark.slow

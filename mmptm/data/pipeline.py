@@ -32,6 +32,10 @@ from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_mod
 from mmptm.registry import MODALITIES
 
 
+class DataError(ValueError):
+    """The data cannot give what the run needs: no readable sample, too few for a batch."""
+
+
 @dataclass
 class SourceConfig:
     """One training source of a mixture; each batch comes from one source."""
@@ -269,7 +273,10 @@ class ShardStream(IterableDataset):
             (i,) = rng.choices(range(len(streams)), weights=probs)
             group = list(itertools.islice(streams[i], c.batch_size))
             if len(group) < c.batch_size:
-                raise RuntimeError(f"source {c.sources[i].name!r} gives no samples to this reader")
+                raise DataError(
+                    f"data source {c.sources[i].name!r} gives no samples to rank {c.rank}, "
+                    f"worker {worker}{_skipped_note(handler.count)}"
+                )
             yield c.sources[i].name, group
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -377,12 +384,16 @@ class Loader:
                 empty = False
                 yield batch
             if empty and self.state.consumed == [0] * self.n:
-                raise RuntimeError(
-                    f"epoch {self.state.epoch} produced no batch: too few valid samples for "
-                    f"batch_size={self.cfg.batch_size} on this rank "
+                raise DataError(
+                    f"epoch {self.state.epoch} gave no batch{_skipped_note(self.skipped)}: "
+                    f"too few samples for data.batch_size={self.cfg.batch_size} on this rank "
                     f"({sum(len(s.urls) for s in self.cfg.sources)} shards)"
                 )
             self.state = DataState(epoch=self.state.epoch + 1, skipped_before=self.skipped)
+
+
+def _skipped_note(count: int) -> str:
+    return f" ({count} bad samples were skipped, see the warnings above)" if count else ""
 
 
 def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, Any]]:

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -88,6 +89,16 @@ def _gather(obj: Any, d: Dist) -> list[Any]:
     return out
 
 
+def check_writable(folder: Path) -> None:
+    """Fail before training when ``folder`` cannot be created or written to."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise OSError(e.errno, f"output_dir {folder} is not writable ({e.strerror})") from None
+
+
 def keep_rows_until(metrics_path: Path, step: int) -> None:
     """Drop the rows of steps after ``step`` (logged by a run that was then resumed from an
     earlier checkpoint, and about to be logged again) and a half-written last line."""
@@ -120,6 +131,8 @@ class Trainer:
         )
         self.out = Path(cfg.output_dir)
         self.ckpt_dir = self.out / checkpoint.CKPT_DIR
+        if self.dist.main:
+            check_writable(self.out)
         init = init_from(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
@@ -179,17 +192,22 @@ class Trainer:
         )
         path = checkpoint.checkpoint_path(self.ckpt_dir, self.step)
         if self.dist.main:
-            checkpoint.write(
-                self.ckpt_dir,
-                self.step,
-                model=self.model.state_dict(),
-                optimizer=self.optimizer.state_dict(),
-                scheduler=self.scheduler.state_dict(),
-                ranks=states,
-                world_size=self.dist.world,
-                config=to_dict(self.cfg),
-                keep=self.cfg.train.keep_checkpoints,
-            )
+            try:
+                checkpoint.write(
+                    self.ckpt_dir,
+                    self.step,
+                    model=self.model.state_dict(),
+                    optimizer=self.optimizer.state_dict(),
+                    scheduler=self.scheduler.state_dict(),
+                    ranks=states,
+                    world_size=self.dist.world,
+                    config=to_dict(self.cfg),
+                    keep=self.cfg.train.keep_checkpoints,
+                )
+            except OSError as e:  # a full disk: the write was atomic, the last one stands
+                kept = checkpoint.list_checkpoints(self.ckpt_dir)
+                note = f"; {kept[-1].name} is kept" if kept else ""
+                raise OSError(e.errno, f"cannot write {path} ({e.strerror or e}){note}") from None
         if self.dist.world > 1:
             dist.barrier()
         return path
