@@ -45,6 +45,10 @@ class TrainConfig:
     #: 0 keeps all
     keep_checkpoints: int = bounded(2, ge=0)
     progress: bool = True
+    #: steps with a non-finite loss to skip (no update; a warning names the step, the loss
+    #: terms and the batch's sample keys) before the run stops with that report; 0 = stop
+    #: at the first
+    max_nonfinite_steps: int = bounded(0, ge=0)
     #: DDP option for models whose objectives leave parameters unused on some steps
     find_unused_parameters: bool = False
     #: parameters left out of training, as glob patterns over their names, e.g.

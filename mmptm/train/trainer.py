@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 class NonFiniteLoss(FloatingPointError):
-    """A loss became NaN/inf; the message names the step and the batch's sample keys."""
+    """Losses were NaN/inf more often than ``train.max_nonfinite_steps`` allows; the message
+    names the step, the loss terms and the batch's sample keys."""
 
 
 @dataclass
@@ -178,6 +179,8 @@ class Trainer:
         self.objectives = [m for m in self.model.modules() if isinstance(m, Objective)]
         self.step = 0
         self.data_state = DataState()
+        #: optimiser steps skipped for a non-finite loss (kept in checkpoints)
+        self.nonfinite_skipped = 0
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -203,6 +206,7 @@ class Trainer:
                     world_size=self.dist.world,
                     config=to_dict(self.cfg),
                     keep=self.cfg.train.keep_checkpoints,
+                    extra={"nonfinite_skipped": self.nonfinite_skipped},
                 )
             except OSError as e:  # a full disk: the write was atomic, the last one stands
                 kept = checkpoint.list_checkpoints(self.ckpt_dir)
@@ -231,6 +235,7 @@ class Trainer:
         checkpoint.set_rng_state(mine["rng"])
         self.data_state = DataState(**mine["data"])
         self.step = ckpt.step
+        self.nonfinite_skipped = int(ckpt.extra.get("nonfinite_skipped", 0))
         log.info("resumed from %s at step %d", ckpt.path, self.step)
 
     def _maybe_resume(self) -> None:
@@ -252,22 +257,35 @@ class Trainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _check_finite(self, loss: torch.Tensor, keys: list[str]) -> None:
-        ok = torch.isfinite(loss.detach()).to(torch.int32)
-        if self.dist.world > 1:  # every rank must stop together, not hang in the next all-reduce
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        if not bool(ok):
-            shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
-            raise NonFiniteLoss(
-                f"non-finite loss {loss.item()} at step {self.step} (rank {self.dist.rank}); "
-                f"batch keys: {shown}"
-            )
+    def _report(self, out, keys: list[str]) -> str:
+        """Which loss terms of a micro-batch are non-finite, and its samples."""
+        names = [
+            f"{k}={v.float().sum().item()}"
+            for k, v in out.terms.items()
+            if k.endswith("loss") and not torch.isfinite(v).all()
+        ] or [f"loss={out.loss.item()}"]
+        shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
+        rank = f"rank {self.dist.rank}, " if self.dist.world > 1 else ""
+        return f"{', '.join(names)} ({rank}batch keys: {shown})"
 
-    def train_step(self, batches) -> dict[str, float]:
-        """One optimiser step over ``grad_accum`` micro-batches; returns averaged terms."""
+    def _all_reports(self, reports: list[str]) -> list[str]:
+        """Every rank's reports of non-finite micro-batches this step: all ranks skip or stop
+        together (one that stopped alone would leave the others waiting in an all-reduce)."""
+        if self.dist.world == 1:
+            return reports
+        flag = torch.tensor([len(reports)], device=self.device)
+        dist.all_reduce(flag)
+        if not int(flag.item()):
+            return []
+        return [r for rank_reports in _gather(reports, self.dist) for r in rank_reports]
+
+    def train_step(self, batches) -> dict[str, float] | None:
+        """One optimiser step over ``grad_accum`` micro-batches; returns averaged terms, or
+        None when a loss was not finite and the step was skipped (``max_nonfinite_steps``)."""
         tc = self.cfg.train
         self.net.train()
         sums: dict[str, float] = {}
+        reports: list[str] = []
         for micro in range(tc.grad_accum):
             batch = move_to(next(batches), self.device)
             last = micro == tc.grad_accum - 1
@@ -277,11 +295,19 @@ class Trainer:
             with sync:
                 with self._autocast():
                     out = self.net(batch)
-                self._check_finite(out.loss, batch["__key__"])
+                # backward even when not finite: DDP expects every rank's gradients
                 (out.loss / tc.grad_accum).backward()
-            sums["loss"] = sums.get("loss", 0.0) + out.loss.item()
+            loss = out.loss.item()
+            if not math.isfinite(loss):
+                reports.append(self._report(out, batch["__key__"]))
+            sums["loss"] = sums.get("loss", 0.0) + loss
             for k, v in out.terms.items():
                 sums[k] = sums.get(k, 0.0) + v.float().item()
+        bad = self._all_reports(reports)
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skip_nonfinite(f"non-finite loss at step {self.step + 1}: " + "; ".join(bad))
+            return None
         terms = {k: v / tc.grad_accum for k, v in sums.items()}
         if tc.clip_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
@@ -293,6 +319,21 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return terms
+
+    def _skip_nonfinite(self, message: str) -> None:
+        """Skip the step (no update), or stop when ``train.max_nonfinite_steps`` are used up."""
+        self.nonfinite_skipped += 1
+        limit = self.cfg.train.max_nonfinite_steps
+        if self.nonfinite_skipped > limit:
+            note = f" (train.max_nonfinite_steps={limit} skipped before)" if limit else ""
+            raise NonFiniteLoss(message + note)
+        if self.dist.main:
+            log.warning(
+                "%s: step skipped, no update (%d of train.max_nonfinite_steps=%d)",
+                message,
+                self.nonfinite_skipped,
+                limit,
+            )
 
     def fit(self) -> dict[str, Any]:
         """Train to ``train.max_steps``; returns the last logged metrics."""
@@ -325,6 +366,8 @@ class Trainer:
         try:
             while self.step < end:
                 terms = self.train_step(batches)
+                if terms is None:  # a non-finite loss, skipped
+                    continue
                 samples += tc.grad_accum * cfg.data.batch_size * self.dist.world
                 bar.update(1)
                 if self.step % tc.log_every == 0 or self.step == end:
@@ -335,6 +378,7 @@ class Trainer:
                         **{k: round(v, 6) for k, v in terms.items()},
                         "samples_per_s": round(samples / dt, 2) if dt > 0 else math.nan,
                         "data_skipped": self.loader.skipped,
+                        "nonfinite_skipped": self.nonfinite_skipped,
                         "epoch": self.loader.state.epoch,
                     }
                     bar.set_postfix(loss=f"{terms['loss']:.3f}")

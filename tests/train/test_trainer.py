@@ -101,7 +101,7 @@ def test_non_finite_loss_names_the_step_and_samples(tiny_world, tmp_path, monkey
 
     monkeypatch.setattr(PretrainModel, "forward", poisoned)
     trainer = Trainer(cfg)
-    with pytest.raises(NonFiniteLoss, match=r"at step 0 .*batch keys: train\d+"):
+    with pytest.raises(NonFiniteLoss, match=r"at step 1: loss=nan \(batch keys: train\d+"):
         trainer.fit()
 
 
