@@ -163,6 +163,14 @@ class Trainer:
             rank=self.dist.rank,
             world=self.dist.world,
         )
+        shards = [len(src.urls) for src in self.stream.sources]
+        shared = shards[0] % self.dist.world if len(shards) == 1 else 0
+        if shared and not cfg.data.resampled and self.dist.main:
+            log.info(
+                "%d shards for %d ranks: every rank reads %d of them each epoch and keeps 1/%d "
+                "of their samples (a multiple of %d shards reads each shard once)",
+                shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
+            )  # fmt: skip
         self.optimizer, self.scheduler = build_optimizer(
             self.model, tc, fused=self.device.type == "cuda"
         )
@@ -349,7 +357,8 @@ class Trainer:
             if stale:
                 log.info("removed %d temporary files of an interrupted run", len(stale))
             keep_rows_until(metrics_path, self.step)
-        self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state)
+        agree = self._agree if self.dist.world > 1 else None
+        self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state, agree)
         batches = iter(self.loader)
         bar = tqdm(
             total=tc.max_steps,
@@ -395,6 +404,13 @@ class Trainer:
         if self.loader.skipped and self.dist.main:
             log.warning("%d bad samples were skipped (see warnings above)", self.loader.skipped)
         return last
+
+    def _agree(self, status: int) -> list[int]:
+        """Every rank's data status for the next batch (see ``Loader``)."""
+        mine = torch.tensor([status], dtype=torch.int32, device=self.device)
+        out = [torch.zeros_like(mine) for _ in range(self.dist.world)]
+        dist.all_gather(out, mine)
+        return [int(t.item()) for t in out]
 
 
 def pretrain(cfg: RunConfig) -> dict[str, Any]:

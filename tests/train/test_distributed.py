@@ -1,0 +1,164 @@
+"""DDP faults with real processes (gloo, 2 ranks on CPU): shards that do not split evenly,
+bad samples on every rank, a stalled rank. Every spawned run has a deadline, and ranks meet
+at a barrier before tearing gloo down (one that left first aborted the other under load)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from conftest import ROOT, read_shard_samples
+
+from mmptm.data.shards import ShardWriter
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs gloo"),
+]
+
+WORLD = 2
+
+#: a text-only MLM model: the fastest recipe that trains on image-text shards
+RECIPE = f"""
+base: {ROOT}/configs/pretrain/_toyworld.yaml
+model:
+  width: 32
+  encoders: {{text: {{type: text, max_positions: 64}}}}
+  fusion: {{type: single_stream, transformer: {{layers: 1, heads: 2}}, pooler: false}}
+  objectives: {{mlm: {{type: mlm}}}}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, args: tuple, deadline_s: float, done=lambda: False) -> None:
+    """Run ``fn(rank, *args)`` in WORLD processes; fail the test past the deadline. ``done``:
+    the test has what it needs (the other processes are then ended)."""
+    # The spawned children import this module by its name; make its root importable.
+    root = Path(__file__).resolve().parents[__name__.count(".")]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    ctx = mp.spawn(fn, args=args, nprocs=WORLD, join=False)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while not ctx.join(timeout=1):
+            if done():
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the {WORLD}-process gloo run did not finish within {deadline_s} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+
+
+def _env(rank: int, port: int) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank),
+        LOCAL_RANK=str(rank), OMP_NUM_THREADS="1",
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    # As under torchrun: loader workers fork (a spawned child would spawn them, re-importing
+    # torch in every worker of every epoch)
+    multiprocessing.set_start_method("fork", force=True)
+
+
+def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
+    """Train each run; save per step the batch's sample keys and the data epoch."""
+    _env(rank, port)
+    from mmptm.models.pretrain import PretrainModel
+    from mmptm.models.run import load_run_config
+    from mmptm.train.trainer import Trainer
+
+    keys: list[list[str]] = []
+    epochs: list[int] = []
+    real_forward, real_step = PretrainModel.forward, Trainer.train_step
+
+    def forward(self, batch):
+        keys.append(list(batch["__key__"]))
+        return real_forward(self, batch)
+
+    def train_step(self, batches):
+        terms = real_step(self, batches)
+        epochs.append(self.loader.state.epoch)
+        return terms
+
+    PretrainModel.forward, Trainer.train_step = forward, train_step
+    result = {}
+    try:
+        for name, (recipe, overrides) in runs.items():
+            keys.clear()
+            epochs.clear()
+            Trainer(load_run_config(recipe, overrides)).fit()
+            result[name] = {"keys": list(keys), "epochs": list(epochs)}
+        torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+        dist.barrier()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _shards(folder: Path, samples: list, sizes: list[int], bad_first: bool = False) -> str:
+    """Shards of the given sizes from toyworld samples; ``bad_first``: each starts with a
+    sample whose json is broken (skipped and counted)."""
+    folder.mkdir()
+    start = 0
+    for n, size in enumerate(sizes):
+        with ShardWriter(str(folder / f"{n}-%06d.tar"), size + 1) as w:
+            if bad_first:
+                w.write({"__key__": f"bad{n}", "txt": "x", "json": b"{broken"})
+            for key, members in samples[start : start + size]:
+                w.write({"__key__": key, **members})
+        start += size
+    return f"{folder}/*.tar"
+
+
+def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tiny_world, tmp_path):
+    recipe = tmp_path / "text_mlm.yaml"
+    recipe.write_text(RECIPE)
+    samples = read_shard_samples(sorted(map(str, (tiny_world / "image_text").glob("train-*"))))
+    common = [f"data.tokenizer={tiny_world}/tokenizer.model", "train.progress=false",
+              "train.log_every=1", "train.ckpt_every=100", "train.warmup_steps=1",
+              ]  # fmt: skip
+    runs = {
+        # one shard, 2 ranks x 2 workers: 8 samples a rank, one batch of 8 (was: no batch)
+        "one": (_shards(tmp_path / "one", samples, [16]), 8, 2, 3),
+        # three shards: one each, the third shared (was: one rank 2 shards, the other 1)
+        "three": (_shards(tmp_path / "three", samples, [16, 16, 16]), 4, 2, 13),
+        # unequal shards, a bad sample in each: epochs end with the short rank
+        "unequal": (_shards(tmp_path / "unequal", samples, [16, 6], bad_first=True), 4, 0, 4),
+    }
+    args = {
+        name: (str(recipe), [*common, f"data.train={spec}", f"data.batch_size={batch}",
+               f"data.num_workers={workers}", f"train.max_steps={steps}",
+               f"output_dir={tmp_path / 'runs' / name}"]
+               + (["data.shuffle_buffer=1"] if name == "unequal" else []))
+        for name, (spec, batch, workers, steps) in runs.items()
+    }  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    _spawn(_record_runs, (_free_port(), args, str(out)), deadline_s=240)
+    ranks = [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
+    for name, (_, _, _, steps) in runs.items():
+        epochs = ranks[0][name]["epochs"]
+        assert len(epochs) == steps, name
+        assert epochs == ranks[1][name]["epochs"], f"{name}: ranks in different epochs"
+        for epoch in set(epochs):
+            keys = [k for r in ranks for e, batch in zip(r[name]["epochs"], r[name]["keys"])
+                    if e == epoch for k in batch]  # fmt: skip
+            assert len(keys) == len(set(keys)), f"{name}: a sample read twice in epoch {epoch}"
+    assert ranks[0]["one"]["epochs"] == [0, 1, 2]  # one batch per rank and epoch
+    assert ranks[0]["three"]["epochs"] == [0] * 6 + [1] * 6 + [2]  # 24 samples a rank
+    assert ranks[0]["unequal"]["epochs"] == [0, 1, 2, 3]  # 5 good samples: one batch
