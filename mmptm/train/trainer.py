@@ -386,7 +386,7 @@ class Trainer:
                         "lr": self.scheduler.get_last_lr()[0],
                         **{k: round(v, 6) for k, v in terms.items()},
                         "samples_per_s": round(samples / dt, 2) if dt > 0 else math.nan,
-                        "data_skipped": self.loader.skipped,
+                        "data_skipped": self._skipped(),
                         "nonfinite_skipped": self.nonfinite_skipped,
                         "epoch": self.loader.state.epoch,
                     }
@@ -401,8 +401,9 @@ class Trainer:
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
-        if self.loader.skipped and self.dist.main:
-            log.warning("%d bad samples were skipped (see warnings above)", self.loader.skipped)
+        skipped = self._skipped()
+        if skipped and self.dist.main:
+            log.warning("%d bad samples were skipped (see warnings above)", skipped)
         return last
 
     def _agree(self, status: int) -> list[int]:
@@ -411,6 +412,14 @@ class Trainer:
         out = [torch.zeros_like(mine) for _ in range(self.dist.world)]
         dist.all_gather(out, mine)
         return [int(t.item()) for t in out]
+
+    def _skipped(self) -> int:
+        """Bad samples skipped so far by all ranks."""
+        if self.dist.world == 1:
+            return self.loader.skipped
+        total = torch.tensor([self.loader.skipped], dtype=torch.int64, device=self.device)
+        dist.all_reduce(total)
+        return int(total.item())
 
 
 def pretrain(cfg: RunConfig) -> dict[str, Any]:

@@ -4,6 +4,7 @@ at a barrier before tearing gloo down (one that left first aborted the other und
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import socket
@@ -162,3 +163,6 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
     assert ranks[0]["one"]["epochs"] == [0, 1, 2]  # one batch per rank and epoch
     assert ranks[0]["three"]["epochs"] == [0] * 6 + [1] * 6 + [2]  # 24 samples a rank
     assert ranks[0]["unequal"]["epochs"] == [0, 1, 2, 3]  # 5 good samples: one batch
+    # every rank's bad sample counts (was: rank 0's only), and across epochs
+    rows = (tmp_path / "runs" / "unequal" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["data_skipped"] for r in rows] == [2, 4, 6, 8]
