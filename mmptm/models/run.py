@@ -49,6 +49,10 @@ class TrainConfig:
     #: terms and the batch's sample keys) before the run stops with that report; 0 = stop
     #: at the first
     max_nonfinite_steps: int = bounded(0, ge=0)
+    #: seconds a rank waits for the others (a collective: gradients, a checkpoint) before
+    #: the run stops with a message naming the ranks that did not answer; allow for the
+    #: slowest checkpoint write
+    dist_timeout_s: float = bounded(600.0, gt=0)
     #: DDP option for models whose objectives leave parameters unused on some steps
     find_unused_parameters: bool = False
     #: parameters left out of training, as glob patterns over their names, e.g.

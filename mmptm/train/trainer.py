@@ -8,11 +8,13 @@ and data position of every rank), so that ``resume=true`` continues exactly.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import logging
 import math
 import os
 import random
+import re
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -46,6 +48,18 @@ class NonFiniteLoss(FloatingPointError):
     names the step, the loss terms and the batch's sample keys."""
 
 
+class RankStalled(TimeoutError):
+    """Under DDP, ranks stopped answering for ``train.dist_timeout_s``; the message names them."""
+
+
+#: how collectives fail when a peer is gone or late (gloo raises plain RuntimeErrors)
+_LOST_PEER = re.compile(
+    r"timed out|timeout|closed by peer|reset by peer|connection refused|broken pipe|"
+    r"pair closure|connection closed",
+    re.IGNORECASE,
+)
+
+
 @dataclass
 class Dist:
     rank: int = 0
@@ -57,13 +71,34 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed(device_type: str) -> Dist:
-    """Join the process group that ``torchrun`` describes in the environment, if any."""
+def silent_ranks(d: Dist, wait_s: float) -> list[int] | None:
+    """The ranks that do not check in through the process group's store within ``wait_s``,
+    once a collective failed: those are the stalled (or dead) ones. None: no store."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=max(wait_s, 1.0)))
+        store.set(f"mmptm/alive/{d.rank}", "1")
+        missing = [r for r in range(d.world) if r != d.rank]
+        deadline = time.monotonic() + wait_s
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.1)
+            missing = [r for r in missing if not store.check([f"mmptm/alive/{r}"])]
+        return missing
+    except Exception:  # the store went with a dead rank, or was never there
+        return None
+
+
+def init_distributed(device_type: str, timeout_s: float = 600.0) -> Dist:
+    """Join the process group that ``torchrun`` describes in the environment, if any; a
+    collective that waits longer than ``timeout_s`` for a rank fails."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return Dist()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        dist.init_process_group(
+            backend="nccl" if device_type == "cuda" else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
@@ -125,7 +160,7 @@ class Trainer:
         self.cfg = cfg
         tc = cfg.train
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
-        self.dist = init_distributed(device_type or "cpu")
+        self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
         self.device = pick_device(tc.device, self.dist.local_rank)
         self.bf16 = tc.precision == "bf16" or (
             tc.precision == "auto" and self.device.type == "cuda"
@@ -397,14 +432,37 @@ class Trainer:
                     samples, t0 = 0, time.perf_counter()
                 if self.step % tc.ckpt_every == 0 or self.step == end:
                     self.save()
+            skipped = self._skipped()
+        except RuntimeError as e:
+            if self.dist.world > 1 and (isinstance(e, dist.DistError) or _LOST_PEER.search(str(e))):
+                raise self._stalled(e) from e
+            raise
         finally:
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
-        skipped = self._skipped()
         if skipped and self.dist.main:
             log.warning("%d bad samples were skipped (see warnings above)", skipped)
         return last
+
+    def _stalled(self, err: BaseException) -> RankStalled:
+        """What to tell when a collective failed: which ranks stopped answering."""
+        timeout = f"train.dist_timeout_s={self.cfg.train.dist_timeout_s:g}"
+        at = f"at step {self.step + 1}"
+        reason = " ".join(str(err).split()) or type(err).__name__
+        silent = silent_ranks(self.dist, min(self.cfg.train.dist_timeout_s, 30.0))
+        if silent:
+            who = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {silent}"
+            return RankStalled(
+                f"{who} stopped answering {at}: no reply within {timeout} (stalled, or exited: "
+                f"see its own message); rank {self.dist.rank} stops too"
+            )
+        if silent == []:
+            return RankStalled(
+                f"rank {self.dist.rank} lost the other ranks {at} ({reason}); they are alive, "
+                f"so this rank was the late one, by more than {timeout}"
+            )
+        return RankStalled(f"rank {self.dist.rank} lost the other ranks {at} ({reason}; {timeout})")
 
     def _agree(self, status: int) -> list[int]:
         """Every rank's data status for the next batch (see ``Loader``)."""

@@ -132,7 +132,7 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
     samples = read_shard_samples(sorted(map(str, (tiny_world / "image_text").glob("train-*"))))
     common = [f"data.tokenizer={tiny_world}/tokenizer.model", "train.progress=false",
               "train.log_every=1", "train.ckpt_every=100", "train.warmup_steps=1",
-              ]  # fmt: skip
+              "train.dist_timeout_s=60"]  # fmt: skip
     runs = {
         # one shard, 2 ranks x 2 workers: 8 samples a rank, one batch of 8 (was: no batch)
         "one": (_shards(tmp_path / "one", samples, [16]), 8, 2, 3),
@@ -166,3 +166,44 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
     # every rank's bad sample counts (was: rank 0's only), and across epochs
     rows = (tmp_path / "runs" / "unequal" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["data_skipped"] for r in rows] == [2, 4, 6, 8]
+
+
+def _stall_rank_1(rank: int, port: int, recipe: str, overrides: list, out_dir: str) -> None:
+    """Rank 1 stops answering before step 3 (as if paused); rank 0 reports what it sees."""
+    _env(rank, port)
+    from mmptm.models.run import load_run_config
+    from mmptm.train.trainer import Trainer, pretrain
+
+    real_step = Trainer.train_step
+
+    def train_step(self, batches):
+        if rank == 1 and self.step == 2:
+            time.sleep(600)
+        return real_step(self, batches)
+
+    Trainer.train_step = train_step
+    t0 = time.monotonic()
+    try:
+        pretrain(load_run_config(recipe, overrides))
+        message = "finished"
+    except Exception as e:
+        message = f"{type(e).__name__}: {e}"
+    (Path(out_dir) / f"rank{rank}.txt").write_text(f"{time.monotonic() - t0:.1f} {message}")
+
+
+def test_a_stalled_rank_is_named_after_the_timeout(tiny_world, tmp_path):
+    recipe = tmp_path / "text_mlm.yaml"
+    recipe.write_text(RECIPE)
+    overrides = [f"data.tokenizer={tiny_world}/tokenizer.model", "train.progress=false",
+                 f"data.train={tiny_world}/image_text/train-*.tar", "data.batch_size=4",
+                 "data.num_workers=0", "train.max_steps=6", "train.ckpt_every=100",
+                 "train.dist_timeout_s=5", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    out = tmp_path / "out"
+    out.mkdir()
+    report = out / "rank0.txt"
+    _spawn(_stall_rank_1, (_free_port(), str(recipe), overrides, str(out)), deadline_s=180,
+           done=report.exists)  # fmt: skip
+    seconds, message = report.read_text().split(" ", 1)
+    assert message.startswith("RankStalled: rank 1 stopped answering at step 3: no reply within "
+                              "train.dist_timeout_s=5"), message  # fmt: skip
+    assert float(seconds) < 60  # the default would have waited 10 minutes
