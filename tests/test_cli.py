@@ -85,6 +85,20 @@ def test_shards_none_of_which_is_readable_are_one_line(tiny_world, tmp_path, cap
         main(["--debug", "pretrain", "configs/pretrain/clip_tiny.yaml", *over])
 
 
+def test_the_readme_session_stops_and_resumes(tiny_world, tmp_path, capsys, caplog):
+    """README, Command line: a run started with overrides continues with the same command
+    and resume=true; leaving one out that changes the schedule is refused with what to type."""
+    run = tmp_path / "clip"
+    base = [*tiny_overrides(tiny_world, run)]  # (they set train.max_steps=6)
+    first = ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "train.max_steps=4"]
+    assert main([*first, "train.stop_at=2"]) == 0  # interrupted at step 2
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "resume=true"])
+    assert "train.max_steps=4" in line and "repeat the overrides" in line
+    assert main([*first, "train.lr=1e-4", "resume=true"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 4
+    assert "train.lr: 0.001 -> 0.0001" in caplog.text  # other changes are named
+
+
 @pytest.mark.slow
 def test_two_process_ddp_on_cpu(tiny_world, tmp_path):
     run = tmp_path / "ddp"

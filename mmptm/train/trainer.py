@@ -125,6 +125,23 @@ def _gather(obj: Any, d: Dist) -> list[Any]:
     return out
 
 
+#: settings that may differ between a run and its resumption without changing the run
+_RESUME_FREE = {"resume", "train.stop_at", "train.progress", "train.log_every",
+                "train.ckpt_every", "train.keep_checkpoints", "train.dist_timeout_s",
+                "train.max_nonfinite_steps"}  # fmt: skip
+
+
+def config_changes(old: Any, new: Any, where: str = "") -> str:
+    """The settings that differ between two config trees, as ``key: old -> new`` items."""
+    if where in _RESUME_FREE:
+        return ""
+    if isinstance(old, dict) and isinstance(new, dict):
+        parts = [config_changes(old.get(k), new.get(k), f"{where}.{k}" if where else k)
+                 for k in dict.fromkeys([*old, *new])]  # fmt: skip
+        return ", ".join(p for p in parts if p)
+    return "" if old == new else f"{where}: {old} -> {new}"
+
+
 def check_writable(folder: Path) -> None:
     """Fail before training when ``folder`` cannot be created or written to."""
     try:
@@ -268,9 +285,14 @@ class Trainer:
         theirs = ckpt.config.get("train", {}).get("max_steps")
         if theirs is not None and theirs != self.cfg.train.max_steps:
             raise ValueError(
-                f"{ckpt.path} belongs to a run with train.max_steps={theirs}; this one has "
-                f"{self.cfg.train.max_steps}, another schedule: use another output_dir"
+                f"{ckpt.path} belongs to a run with train.max_steps={theirs}, this one has "
+                f"{self.cfg.train.max_steps}: to continue that run, repeat the overrides of its "
+                f"first command (train.max_steps={theirs}) with resume=true; for another "
+                "schedule, use another output_dir"
             )
+        changed = config_changes(ckpt.config, to_dict(self.cfg))
+        if changed and self.dist.main:
+            log.warning("resuming with settings changed since %s: %s", ckpt.path, changed)
         self.model.load_state_dict(ckpt.model)
         self.optimizer.load_state_dict(ckpt.optimizer)
         self.scheduler.load_state_dict(ckpt.scheduler)

@@ -180,7 +180,7 @@ def test_resume_with_another_schedule_is_refused(tiny_world, tmp_path):
     pretrain(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.max_steps=2"]))
     over = [*tiny_overrides(tiny_world, run), "train.max_steps=3", "resume=true"]
     trainer = Trainer(load_run_config(CLIP, over))
-    with pytest.raises(ValueError, match=r"train.max_steps=2; this one has 3"):
+    with pytest.raises(ValueError, match=r"train.max_steps=2, this one has 3: to continue"):
         trainer.fit()
     same = [*tiny_overrides(tiny_world, run), "train.max_steps=2", "resume=true"]
     trainer = Trainer(load_run_config(CLIP, same))
@@ -212,3 +212,4 @@ def test_resume_behind_the_last_logged_step_keeps_one_row_per_step(tiny_world, t
     assert _losses(rows) == _losses(first)
     leftovers = [p.name for p in run.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
