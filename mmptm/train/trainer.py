@@ -306,6 +306,13 @@ class Trainer:
     def _maybe_resume(self) -> None:
         r = self.cfg.resume
         if r is False:
+            found = checkpoint.list_checkpoints(self.ckpt_dir)
+            if found:
+                raise ValueError(
+                    f"output_dir {self.out} has checkpoints of an earlier run (up to "
+                    f"{found[-1].name}): resume=true continues it; to start over, use another "
+                    f"output_dir or delete {self.ckpt_dir}"
+                )
             return
         if r is True:
             if not checkpoint.list_checkpoints(self.ckpt_dir):

@@ -213,3 +213,13 @@ def test_resume_behind_the_last_logged_step_keeps_one_row_per_step(tiny_world, t
     leftovers = [p.name for p in run.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
 
+
+def test_a_fresh_run_into_an_output_dir_with_checkpoints_is_refused(tiny_world, tmp_path):
+    """It would mix two runs: the old, later checkpoints would survive pruning and be the
+    ones resume=true picks, and the old rows would stay in metrics.jsonl."""
+    run = tmp_path / "r"
+    over = [*tiny_overrides(tiny_world, run), "train.max_steps=2"]
+    pretrain(load_run_config(CLIP, over))
+    with pytest.raises(ValueError, match=r"has checkpoints .*step_00000002.pt.*resume=true"):
+        Trainer(load_run_config(CLIP, over)).fit()
+    assert [r["step"] for r in _rows(run)] == [1, 2]
