@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import ROOT, read_shard_samples
+from conftest import TEXT_MLM, read_shard_samples, text_mlm_overrides
 
 from mmptm.data.shards import ShardWriter
 
@@ -26,16 +26,6 @@ pytestmark = [
 ]
 
 WORLD = 2
-
-#: a text-only MLM model: the fastest recipe that trains on image-text shards
-RECIPE = f"""
-base: {ROOT}/configs/pretrain/_toyworld.yaml
-model:
-  width: 32
-  encoders: {{text: {{type: text, max_positions: 64}}}}
-  fusion: {{type: single_stream, transformer: {{layers: 1, heads: 2}}, pooler: false}}
-  objectives: {{mlm: {{type: mlm}}}}
-"""
 
 
 def _free_port() -> int:
@@ -127,11 +117,8 @@ def _shards(folder: Path, samples: list, sizes: list[int], bad_first: bool = Fal
 
 
 def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tiny_world, tmp_path):
-    recipe = tmp_path / "text_mlm.yaml"
-    recipe.write_text(RECIPE)
     samples = read_shard_samples(sorted(map(str, (tiny_world / "image_text").glob("train-*"))))
-    common = [f"data.tokenizer={tiny_world}/tokenizer.model", "train.progress=false",
-              "train.log_every=1", "train.ckpt_every=100", "train.warmup_steps=1",
+    common = [*text_mlm_overrides(tiny_world, tmp_path), "train.ckpt_every=100",
               "train.dist_timeout_s=60"]  # fmt: skip
     runs = {
         # one shard, 2 ranks x 2 workers: 8 samples a rank, one batch of 8 (was: no batch)
@@ -142,7 +129,7 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
         "unequal": (_shards(tmp_path / "unequal", samples, [16, 6], bad_first=True), 4, 0, 4),
     }
     args = {
-        name: (str(recipe), [*common, f"data.train={spec}", f"data.batch_size={batch}",
+        name: (TEXT_MLM, [*common, f"data.train={spec}", f"data.batch_size={batch}",
                f"data.num_workers={workers}", f"train.max_steps={steps}",
                f"output_dir={tmp_path / 'runs' / name}"]
                + (["data.shuffle_buffer=1"] if name == "unequal" else []))
@@ -192,16 +179,11 @@ def _stall_rank_1(rank: int, port: int, recipe: str, overrides: list, out_dir: s
 
 
 def test_a_stalled_rank_is_named_after_the_timeout(tiny_world, tmp_path):
-    recipe = tmp_path / "text_mlm.yaml"
-    recipe.write_text(RECIPE)
-    overrides = [f"data.tokenizer={tiny_world}/tokenizer.model", "train.progress=false",
-                 f"data.train={tiny_world}/image_text/train-*.tar", "data.batch_size=4",
-                 "data.num_workers=0", "train.max_steps=6", "train.ckpt_every=100",
-                 "train.dist_timeout_s=5", f"output_dir={tmp_path / 'run'}"]  # fmt: skip
+    overrides = [*text_mlm_overrides(tiny_world, tmp_path / "run"), "train.dist_timeout_s=5"]
     out = tmp_path / "out"
     out.mkdir()
     report = out / "rank0.txt"
-    _spawn(_stall_rank_1, (_free_port(), str(recipe), overrides, str(out)), deadline_s=180,
+    _spawn(_stall_rank_1, (_free_port(), TEXT_MLM, overrides, str(out)), deadline_s=180,
            done=report.exists)  # fmt: skip
     seconds, message = report.read_text().split(" ", 1)
     assert message.startswith("RankStalled: rank 1 stopped answering at step 3: no reply within "

@@ -11,10 +11,14 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 
+import pytest
 import torch
-from conftest import cli_error, tiny_overrides
+from conftest import ROOT, TEXT_MLM, cli_error, text_mlm_overrides, tiny_overrides
 
+from mmptm.cli import main
 from mmptm.models import checkpoint
 from mmptm.models.pretrain import PretrainModel, PretrainOutput
 
@@ -68,3 +72,84 @@ def test_nan_loss_is_skipped_up_to_the_limit_then_stops(
     assert re.search(r"non-finite loss at step 3: contrastive_loss=nan " + keys, line)
     assert [r["step"] for r in _rows(run)] == [1, 2]  # the skipped batch left no row
     assert _rows(run)[-1]["nonfinite_skipped"] == 1
+
+
+#: runs ``mmptm ARGV`` and kills itself with SIGKILL at a chosen point: ``step5`` as step 5
+#: begins (steps 4 and 5 are past the checkpoint of step 3), ``write6`` half way through
+#: writing the checkpoint of step 6
+KILLER = """
+import os, signal, sys
+import torch
+from mmptm.cli import main
+from mmptm.train.trainer import Trainer
+
+where, argv = sys.argv[1], sys.argv[2:]
+real_step, real_save = Trainer.train_step, torch.save
+
+def train_step(self, batches):
+    if where == "step5" and self.step == 4:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_step(self, batches)
+
+def save(obj, f, *args, **kwargs):
+    if where == "write6" and isinstance(obj, dict) and obj.get("step") == 6:
+        f.write(b"PK half a checkpoint")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(obj, f, *args, **kwargs)
+
+Trainer.train_step, torch.save = train_step, save
+sys.exit(main(argv))
+"""
+
+
+def _losses(run) -> dict[int, dict[str, float]]:
+    return {r["step"]: {k: v for k, v in r.items() if k.endswith("loss")} for r in _rows(run)}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_world, tmp_path_factory):
+    run = tmp_path_factory.mktemp("faults") / "full"
+    assert main(["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)]) == 0
+    return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["step5", "write6"])
+def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
+    tiny_world, tmp_path, uninterrupted, where
+):
+    run = tmp_path / "run"
+    argv = ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)]
+    killed = subprocess.run([sys.executable, "-c", KILLER, where, *argv], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    logged = {"step5": [1, 2, 3, 4], "write6": [1, 2, 3, 4, 5, 6]}[where]
+    assert [r["step"] for r in _rows(run)] == logged
+    if where == "write6":  # the killed write left its temporary file, not a step_6 file
+        names = os.listdir(run / "checkpoints")
+        assert "step_00000006.pt" not in names and any(n.endswith(".tmp") for n in names)
+    assert main([*argv, "resume=true"]) == 0  # from step 3
+    assert _losses(run) == _losses(uninterrupted)  # each step once, with the same losses
+    a, b = checkpoint.read(run).model, checkpoint.read(uninterrupted).model
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+    assert not [p for p in run.rglob("*.tmp")]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_broken_newest_checkpoint_resumes_from_the_one_before(tiny_world, tmp_path, uninterrupted,
+                                                              caplog, damage):  # fmt: skip
+    run = tmp_path / "run"
+    argv = ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)]
+    assert main(argv) == 0
+    newest = run / "checkpoints" / "step_00000006.pt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 3] if damage == "truncated" else os.urandom(len(data)))
+    with caplog.at_level(logging.WARNING):
+        assert main([*argv, "resume=true"]) == 0
+    assert re.search(
+        r"step_00000006.pt: cannot read this checkpoint .*step_00000003.pt", caplog.text
+    )
+    assert _losses(run) == _losses(uninterrupted)
+    assert checkpoint.read(run).step == 6  # written again, whole
