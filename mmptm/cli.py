@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--n-val", type=int, default=500)
     tw.add_argument("--n-test", type=int, default=500)
     tw.add_argument("--seed", type=int, default=0)
-    tw.add_argument("--languages", default="en,de,fr,ru", help="comma list")
+    tw.add_argument("--languages", default="en,de,fr,ru,es", help="comma list")
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
     tw.add_argument("--views", default=None,
