@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import socket
 import sys
 import time
@@ -67,19 +68,25 @@ def _env(rank: int, port: int) -> None:
 
 
 def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
-    """Train each run; save per step the batch's sample keys and the data epoch."""
+    """Train each run; save per step the batch's sample keys and the data epoch, and the
+    error that stopped it. ``runs``: name → (recipe, overrides, forward calls of rank 1
+    that give a NaN loss)."""
     _env(rank, port)
-    from mmptm.models.pretrain import PretrainModel
+    from mmptm.models.pretrain import PretrainModel, PretrainOutput
     from mmptm.models.run import load_run_config
-    from mmptm.train.trainer import Trainer
+    from mmptm.train.trainer import NonFiniteLoss, Trainer
 
     keys: list[list[str]] = []
     epochs: list[int] = []
+    nan_calls: set[int] = set()
     real_forward, real_step = PretrainModel.forward, Trainer.train_step
 
     def forward(self, batch):
         keys.append(list(batch["__key__"]))
-        return real_forward(self, batch)
+        out = real_forward(self, batch)
+        if rank == 1 and len(keys) in nan_calls:
+            return PretrainOutput(out.loss * float("nan"), out.terms)
+        return out
 
     def train_step(self, batches):
         terms = real_step(self, batches)
@@ -89,11 +96,17 @@ def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
     PretrainModel.forward, Trainer.train_step = forward, train_step
     result = {}
     try:
-        for name, (recipe, overrides) in runs.items():
+        for name, (recipe, overrides, nans) in runs.items():
             keys.clear()
             epochs.clear()
-            Trainer(load_run_config(recipe, overrides)).fit()
-            result[name] = {"keys": list(keys), "epochs": list(epochs)}
+            nan_calls.clear()
+            nan_calls.update(nans)
+            error = ""
+            try:
+                Trainer(load_run_config(recipe, overrides)).fit()
+            except NonFiniteLoss as e:
+                error = str(e)
+            result[name] = {"keys": list(keys), "epochs": list(epochs), "error": error}
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
         dist.barrier()
     finally:
@@ -132,9 +145,12 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
         name: (TEXT_MLM, [*common, f"data.train={spec}", f"data.batch_size={batch}",
                f"data.num_workers={workers}", f"train.max_steps={steps}",
                f"output_dir={tmp_path / 'runs' / name}"]
-               + (["data.shuffle_buffer=1"] if name == "unequal" else []))
+               + (["data.shuffle_buffer=1"] if name == "unequal" else []), ())
         for name, (spec, batch, workers, steps) in runs.items()
     }  # fmt: skip
+    # rank 1 alone has NaN losses in its 2nd and 4th batch: one step skipped, then all stop
+    args["nan"] = (TEXT_MLM, [*common, f"output_dir={tmp_path / 'runs' / 'nan'}",
+                              "train.max_nonfinite_steps=1"], (2, 4))  # fmt: skip
     out = tmp_path / "out"
     out.mkdir()
     _spawn(_record_runs, (_free_port(), args, str(out)), deadline_s=240)
@@ -153,6 +169,11 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
     # every rank's bad sample counts (was: rank 0's only), and across epochs
     rows = (tmp_path / "runs" / "unequal" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["data_skipped"] for r in rows] == [2, 4, 6, 8]
+    # a NaN on one rank: every rank skips the same step, then every rank stops with its report
+    nan = [r["nan"] for r in ranks]
+    assert len(nan[0]["epochs"]) == len(nan[1]["epochs"]) == 3  # step 1, skipped, step 2
+    assert nan[0]["error"] == nan[1]["error"]
+    assert re.match(r"non-finite loss at step 3: loss=nan \(rank 1, batch keys: ", nan[0]["error"])
 
 
 def _stall_rank_1(rank: int, port: int, recipe: str, overrides: list, out_dir: str) -> None:
