@@ -130,7 +130,8 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
         names = os.listdir(run / "checkpoints")
         assert "step_00000006.pt" not in names and any(n.endswith(".tmp") for n in names)
     assert main([*argv, "resume=true"]) == 0  # from step 3
-    assert _losses(run) == _losses(uninterrupted)  # each step once, with the same losses
+    assert [r["step"] for r in _rows(run)] == [1, 2, 3, 4, 5, 6]  # each step once
+    assert _losses(run) == _losses(uninterrupted)
     a, b = checkpoint.read(run).model, checkpoint.read(uninterrupted).model
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
