@@ -38,7 +38,7 @@ def test_full_disk_is_one_line_and_keeps_the_last_checkpoint(
 
     monkeypatch.setattr(torch, "save", save)
     run = tmp_path / "run"
-    line = cli_error(capsys, ["pretrain", CLIP, *tiny_overrides(tiny_world, run)])
+    line = cli_error(capsys, ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)])
     assert "No space left on device" in line and "step_00000003.pt is kept" in line
     assert os.listdir(run / "checkpoints") == ["step_00000003.pt"]  # no temporary file
     assert checkpoint.read(run).step == 3
