@@ -407,6 +407,7 @@ def _audio_parsers(data_sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mmptm", description=__doc__.split("\n\n")[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
     data = sub.add_parser("data", help="write data sets as webdataset shards")
@@ -417,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--n-val", type=int, default=500)
     tw.add_argument("--n-test", type=int, default=500)
     tw.add_argument("--seed", type=int, default=0)
-    tw.add_argument("--languages", default="en,de,fr,ru", help="comma list")
+    tw.add_argument("--languages", default="en,de,fr,ru,es", help="comma list")
     tw.add_argument("--image-size", type=int, default=64)
     tw.add_argument("--shard-size", type=int, default=1000)
     tw.add_argument("--views", default=None,
@@ -651,15 +652,16 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from mmptm.config import ConfigError
-
     try:
         return args.fn(args)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        if args.verbose:
+    except (ValueError, OSError, FloatingPointError) as e:
+        if args.debug:
             raise
-        # Bad input is the user's to fix: one clear line, not a traceback (-v shows it).
-        print(f"mmptm {args.command}: error: {e}", file=sys.stderr)
+        # What the user can act on (a bad config or input, a full disk or unwritable folder, a
+        # non-finite loss, a stalled rank): one clear line, not a traceback (--debug shows it).
+        # ConfigError is a ValueError; a stalled rank raises TimeoutError, an OSError.
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        print(f"mmptm {args.command}: error: {message or type(e).__name__}", file=sys.stderr)
         return 2
 
 

@@ -11,13 +11,14 @@ import copy
 import dataclasses
 import difflib
 import functools
+import glob
 import os
-import tempfile
+import secrets
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, BinaryIO, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
@@ -58,6 +59,14 @@ def component(registry: Registry[Any], default: Any = _MISSING) -> Any:
     if dataclasses.is_dataclass(default) and not isinstance(default, type):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     raise TypeError(f"component default must be None, a name, a mapping or a Config: {default!r}")
+
+
+def bounded(
+    default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None
+) -> Any:
+    """Declare a number field with bounds, checked on loading: ``log_every: int = bounded(10,
+    ge=1)``. A value outside them is an error naming the dotted key and the range."""
+    return dataclasses.field(default=default, metadata={"bounds": (ge, gt, le)})
 
 
 def components(registry: Registry[Any], *, keyed: bool = False) -> Any:
@@ -136,6 +145,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         registry = f.metadata.get("registry")
         if registry is None:
             kwargs[name] = _convert(hints[name], value, key)
+            if "bounds" in f.metadata:
+                _check_bounds(kwargs[name], f.metadata["bounds"], key)
         elif f.metadata.get("many"):
             if not isinstance(value, Mapping):
                 raise ConfigError(
@@ -156,6 +167,15 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "") -> T:
         raise
     except ValueError as e:  # __post_init__ checks
         raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def _check_bounds(value: Any, bounds: tuple[Any, Any, Any], key: str) -> None:
+    ge, gt, le = bounds
+    checks = [(ge, ">=", lambda lo: value >= lo), (gt, ">", lambda lo: value > lo),
+              (le, "<=", lambda hi: value <= hi)]  # fmt: skip
+    if value is not None and not all(ok(b) for b, _, ok in checks if b is not None):
+        allowed = " and ".join(f"{op} {b}" for b, op, _ in checks if b is not None)
+        raise ConfigError(f"{key}: must be {allowed}, got {value!r}")
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -387,32 +407,56 @@ def load_config(
 
 def save_config(cfg: Any, path: str | os.PathLike[str]) -> None:
     """Write ``cfg`` as YAML that :func:`load_config` reads back; atomic, so never half-written."""
+    text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> None:
+    """Write a file through ``write(f)`` into a temporary file beside it, then rename it over
+    ``path``: a reader (or a process killed mid-write) never sees half a file. The file gets
+    the permissions of any other new file (0666 less the umask; mkstemp's would be 0600)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; saved recipes are meant to be shared
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def remove_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that :func:`write_atomic` (path) left when it was killed."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 __all__ = [
     "DELETE",
     "ConfigError",
     "apply_overrides",
+    "bounded",
     "component",
     "components",
     "deep_merge",
     "from_dict",
     "load_config",
     "load_yaml_tree",
+    "remove_temporaries",
     "save_config",
     "to_dict",
+    "write_atomic",
 ]

@@ -88,6 +88,40 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     return over
 
 
+#: a one-layer text MLM on toyworld's captions: the fastest recipe, for the fault tests
+TEXT_MLM = str(ROOT / "tests" / "train" / "text_mlm.yaml")
+
+
+def text_mlm_overrides(world: Path, out: Path) -> list[str]:
+    """Overrides of ``TEXT_MLM`` for ``world``: 6 steps of 4 samples, a checkpoint every 3."""
+    return [
+        f"output_dir={out}",
+        f"data.tokenizer={world}/tokenizer.model",
+        f"data.train={world}/image_text/train-*.tar",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "data.shuffle_buffer=20",
+        "train.max_steps=6",
+        "train.warmup_steps=2",
+        "train.log_every=1",
+        "train.ckpt_every=3",
+        "train.progress=false",
+    ]
+
+
+def cli_error(capsys, argv: list[str]) -> str:
+    """Run ``mmptm argv`` in this process; it must fail with status 2 and one line, no
+    traceback. Returns that line."""
+    from mmptm.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"mmptm {argv[0]}: error: ")
+    return last
+
+
 def text_image_model_config(**extra):
     """A tiny text + ViT-patch model config (width 16); ``extra`` replaces top-level keys."""
     from mmptm.models.pretrain import ModelConfig

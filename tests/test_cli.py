@@ -10,9 +10,11 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import ROOT, cli_error, tiny_overrides
 
 from mmptm.cli import main
+from mmptm.config import load_yaml_tree
+from mmptm.studies import LANGS
 
 PY = sys.executable
 
@@ -59,6 +61,44 @@ def test_bad_config_key_is_one_clear_line(tmp_path):
 def test_missing_config_file_is_named(tmp_path):
     r = mmptm("pretrain", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "nope.yaml" in r.stderr
+
+
+def test_unwritable_output_dir_is_one_line_before_training(tiny_world, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    over = [*tiny_overrides(tiny_world, blocker / "run")]
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    assert f"output_dir {blocker / 'run'} is not writable" in line
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        over = [*tiny_overrides(tiny_world, locked / "run")]
+        line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+        assert "is not writable" in line and "Permission denied" in line
+
+
+def test_shards_none_of_which_is_readable_are_one_line(tiny_world, tmp_path, capsys):
+    for i in range(2):
+        (tmp_path / f"bad-{i}.tar").write_bytes(os.urandom(3000))
+    over = [*tiny_overrides(tiny_world, tmp_path / "run"), f"data.train={tmp_path}/bad-*.tar"]
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    assert "no batch" in line and "2 bad samples were skipped" in line
+    with pytest.raises(ValueError, match="no batch"):  # --debug: the traceback
+        main(["--debug", "pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+
+
+def test_the_readme_session_stops_and_resumes(tiny_world, tmp_path, capsys, caplog):
+    """README, Command line: a run started with overrides continues with the same command
+    and resume=true; leaving one out that changes the schedule is refused with what to type."""
+    run = tmp_path / "clip"
+    base = [*tiny_overrides(tiny_world, run)]  # (they set train.max_steps=6)
+    first = ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "train.max_steps=4"]
+    assert main([*first, "train.stop_at=2"]) == 0  # interrupted at step 2
+    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "resume=true"])
+    assert "train.max_steps=4" in line and "repeat the overrides" in line
+    assert main([*first, "train.lr=1e-4", "resume=true"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 4
+    assert "train.lr: 0.001 -> 0.0001" in caplog.text  # other changes are named
 
 
 @pytest.mark.slow
@@ -139,3 +179,14 @@ def test_demo_audio_runs_every_recipe(tmp_path, capsys):
         assert 0 <= r["acc"] <= 1 and r["n_test"] == 16
     printed = capsys.readouterr().out
     assert "linear probe" in printed and "text↔audio" in printed
+
+
+def test_toyworld_writes_the_five_languages_the_recipes_and_readme_name(tmp_path, capsys):
+    """The multilingual recipes read mono shards of en, de, fr, ru and es (as the README
+    says); the command's default left out es, so mbert_tiny found no es shards."""
+    out = tmp_path / "tw"
+    assert main(["data", "toyworld", "--out", str(out), "--n-train", "5", "--n-val", "0",
+                 "--n-test", "0", "--image-size", "16"]) == 0  # fmt: skip
+    languages = json.loads((out / "manifest.json").read_text())["languages"]
+    recipe = load_yaml_tree(ROOT / "configs/pretrain/_toyworld_text.yaml")
+    assert languages == recipe["data"]["sources"]["mono"]["languages"] == list(LANGS)

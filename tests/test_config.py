@@ -378,6 +378,25 @@ def test_save_then_load_gives_the_same_config(tmp_path: Path) -> None:
     assert os.stat(out).st_mode & 0o777 == 0o644
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_saved_files_follow_the_umask_and_stale_temporaries_go(tmp_path: Path, umask) -> None:
+    from mmptm.config import remove_temporaries, write_atomic
+
+    out = tmp_path / "config.yaml"
+    stale = tmp_path / ".config.yaml.1234abcd.tmp"  # a writer killed before its rename
+    stale.write_text("half")
+    old = os.umask(umask)
+    try:
+        save_config(from_dict(Run, FULL), out)
+        write_atomic(tmp_path / "blob.bin", lambda f: f.write(b"x"))
+    finally:
+        os.umask(old)
+    assert os.stat(out).st_mode & 0o777 == 0o666 & ~umask
+    assert os.stat(tmp_path / "blob.bin").st_mode & 0o777 == 0o666 & ~umask
+    assert remove_temporaries(out) == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin", "config.yaml"]
+
+
 def test_save_overwrites_atomically(tmp_path: Path) -> None:
     out = write(tmp_path / "config.yaml", "old")
     cfg = dataclasses.replace(from_dict(Run, FULL), output_dir="runs/new")
@@ -396,3 +415,27 @@ def test_a_component_of_another_type_replaces_the_inherited_one(tmp_path):
     tree = load_yaml_tree(tmp_path / "child.yaml")
     assert tree["fusion"] == {"type": "two_stream", "variant": "lxmert"}  # nothing inherited
     assert tree["keep"] == {"type": "a", "x": 2}  # same (or unnamed) type: merged
+
+
+# --- ranges ------------------------------------------------------------------------------------
+
+
+def test_bounded_fields_name_the_key_and_the_range() -> None:
+    from mmptm.config import bounded
+
+    @dataclass
+    class Opt:
+        every: int = bounded(10, ge=1)
+        ratio: float = bounded(0.5, ge=0, le=1)
+        eps: float = bounded(1e-6, gt=0)
+
+    @dataclass
+    class Top:
+        opt: Opt = field(default_factory=Opt)
+
+    assert from_dict(Top, {"opt": {"every": 1, "ratio": 1, "eps": 1e-9}}).opt.every == 1
+    assert error(from_dict, Top, {"opt": {"every": 0}}) == "opt.every: must be >= 1, got 0"
+    assert "opt.ratio: must be >= 0 and <= 1, got 1.5" in error(
+        from_dict, Top, {"opt": {"ratio": 1.5}}
+    )
+    assert "opt.eps: must be > 0, got 0.0" in error(from_dict, Top, {"opt": {"eps": 0}})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -25,11 +25,15 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
-from mmptm.config import components
+from mmptm.config import bounded, components
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
 from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
 from mmptm.registry import MODALITIES
+
+
+class DataError(ValueError):
+    """The data cannot give what the run needs: no readable sample, too few for a batch."""
 
 
 @dataclass
@@ -39,10 +43,10 @@ class SourceConfig:
     #: shard spec; with ``languages`` it contains ``{lang}``, e.g. ``mono/train-{lang}-*.tar``
     shards: str
     #: relative share of batches (normalised over the sources)
-    weight: float = 1.0
+    weight: float = bounded(1.0, ge=0)
     #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
     languages: list[str] = field(default_factory=list)
-    alpha: float = 0.7
+    alpha: float = bounded(0.7, ge=0)
     #: two-sentence samples (parallel pairs) for a model with one text view: ``join`` them
     #: into one sequence (TLM) or ``stack`` them as separate rows of one batch
     #: (sentence-level contrastive over ``[text, text]``); see ``modalities/text.py``
@@ -60,9 +64,10 @@ class DataConfig:
     test: str = ""
     #: sentencepiece ``.model`` file (``mmptm tokenizer train`` writes one)
     tokenizer: str = ""
-    batch_size: int = 32
-    num_workers: int = 0
-    shuffle_buffer: int = 1000
+    batch_size: int = bounded(32, ge=1)
+    num_workers: int = bounded(0, ge=0)
+    #: samples; 0 or 1 = no shuffle
+    shuffle_buffer: int = bounded(1000, ge=0)
     #: sample shards with replacement forever instead of per-epoch permutations
     resampled: bool = False
     #: instead of ``train``: a mixture of sources, each batch drawn from one of them
@@ -97,6 +102,50 @@ def split_round_robin(items: Iterable[Any], index: int, count: int) -> Iterator[
     for i, item in enumerate(items):
         if i % count == index:
             yield item
+
+
+def reader_samples(
+    order: Sequence[str],
+    rank: int,
+    world: int,
+    worker: int,
+    n_workers: int,
+    handler: SkipCounter,
+    block: int = 1,
+) -> Iterator[Sample]:
+    """One reader's (rank, loader worker) share of an epoch's shards: together the readers
+    get every sample once, and the ranks equal shares.
+
+    Shards go to ranks round robin, except the last ``len(order) % world``: every rank reads
+    those and keeps every world-th sample, so no rank gets a shard more than another (it
+    would wait, or drop the surplus, at the end of every epoch; with fewer shards than
+    ranks, all are shared). Within a rank, shards go to workers round robin; with fewer
+    shards than workers, each worker reads them all and keeps every n_workers-th ``block``
+    of samples (a batch: a worker's batches are then all full, while a share of single
+    samples could leave each worker short of one). A shard read by several readers has its
+    read errors counted by one of them.
+    """
+    whole = len(order) // world * world
+    # (url, j): a shard of its own (j = -1) or the j-th shared one
+    units = [(url, -1) for url in order[rank:whole:world]]
+    units += [(url, j) for j, url in enumerate(order[whole:])]
+
+    def read(url: str, j: int, reports: bool) -> Iterator[Sample]:
+        reports = reports and (j < 0 or j % world == rank)
+        samples = tar_samples([url], handler if reports else SkipCounter(report=False))
+        if j < 0:
+            return samples
+        # offset by j, so that the ranks take turns at a shard's odd sample
+        return (s for k, s in enumerate(samples) if (k + j) % world == rank)
+
+    if len(units) >= n_workers:
+        mine = units[worker::n_workers]
+        return itertools.chain.from_iterable(read(url, j, True) for url, j in mine)
+    rank_samples = itertools.chain.from_iterable(
+        read(url, j, u % n_workers == worker) for u, (url, j) in enumerate(units)
+    )
+    blocks = itertools.groupby(enumerate(rank_samples), lambda i_s: i_s[0] // block)
+    return (s for b, group in blocks if b % n_workers == worker for _, s in group)
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,7 +273,6 @@ class ShardStream(IterableDataset):
     ) -> Iterator[Sample]:
         """This reader's share of one source for one epoch, shuffled."""
         c = self.cfg
-        parts = c.world * n_workers
         part = c.rank * n_workers + worker
         seed = f"{c.seed}/{src.name}" if len(c.sources) > 1 else c.seed
         if c.resampled:
@@ -232,13 +280,9 @@ class ShardStream(IterableDataset):
             samples = tar_samples(resampled_shards(src.urls, rng), handler)
         else:
             order = shard_order(src.urls, seed, epoch, c.shuffle)
-            if len(order) >= parts:  # split shards: rank first, then worker
-                mine = split_round_robin(
-                    split_round_robin(order, c.rank, c.world), worker, n_workers
-                )
-                samples = tar_samples(mine, handler)
-            else:  # fewer shards than readers: every reader scans all, keeps its share
-                samples = split_round_robin(tar_samples(order, handler), part, parts)
+            samples = reader_samples(
+                order, c.rank, c.world, worker, n_workers, handler, block=c.batch_size
+            )
         rng = random.Random(f"{seed}/{epoch}/{part}/shuffle")
         return shuffle_buffer(samples, c.shuffle_buffer if c.shuffle else 1, rng)
 
@@ -268,7 +312,10 @@ class ShardStream(IterableDataset):
             (i,) = rng.choices(range(len(streams)), weights=probs)
             group = list(itertools.islice(streams[i], c.batch_size))
             if len(group) < c.batch_size:
-                raise RuntimeError(f"source {c.sources[i].name!r} gives no samples to this reader")
+                raise DataError(
+                    f"data source {c.sources[i].name!r} gives no samples to rank {c.rank}, "
+                    f"worker {worker}{_skipped_note(handler.count)}"
+                )
             yield c.sources[i].name, group
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -305,6 +352,10 @@ class DataState:
     skipped_before: int = 0
 
 
+#: a rank's answer to "a next batch in this epoch?" (see ``Loader``'s ``agree``)
+HAVE, DONE, EMPTY = 0, 1, 2
+
+
 class Loader:
     """Endless iterator of training batches over epochs, with an exact, resumable order.
 
@@ -312,17 +363,30 @@ class Loader:
     resumed run must continue where the old order left off. So batches are released in the
     order (next_worker, next_worker+1, ...) skipping finished workers, holding at most one
     early batch per worker.
+
+    ``agree`` (under DDP): given this rank's status for the next batch (``HAVE``, ``DONE``:
+    its epoch is over, ``EMPTY``: over without a batch) returns every rank's, so that all
+    ranks end each epoch at the same step, when the first runs out. A rank that went on
+    alone into its next epoch would read again what other ranks still read in theirs.
     """
 
-    def __init__(self, cfg: StreamConfig, num_workers: int, state: DataState | None = None):
+    def __init__(
+        self,
+        cfg: StreamConfig,
+        num_workers: int,
+        state: DataState | None = None,
+        agree: Callable[[int], list[int]] | None = None,
+    ):
         self.cfg = cfg
         self.num_workers = num_workers
         self.n = max(num_workers, 1)
         self.state = state or DataState()
         self.skipped_now = [0] * self.n
+        self.agree = agree
 
     @property
     def skipped(self) -> int:
+        """Bad samples this rank skipped so far (all epochs)."""
         return self.state.skipped_before + sum(self.skipped_now)
 
     def _epoch_batches(self) -> Iterator[dict[str, Any]]:
@@ -366,22 +430,51 @@ class Loader:
             st.consumed[w] += 1
             st.next_worker = (w + 1) % self.n
             yield item
-        st.skipped_before += sum(self.skipped_now)
-        self.skipped_now = [0] * self.n
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        # only one pass over one source ends: mixtures and resampled shards are endless
+        ends = len(self.cfg.sources) == 1 and not self.cfg.resampled
         while True:
-            empty = True
-            for batch in self._epoch_batches():
-                empty = False
+            batches = self._epoch_batches()
+            while True:
+                batch = next(batches, None)
+                if batch is not None:
+                    status = HAVE
+                else:
+                    status = DONE if any(self.state.consumed) else EMPTY
+                statuses = self.agree(status) if self.agree and ends else [status]
+                if any(s != HAVE for s in statuses):
+                    break
                 yield batch
-            if empty and self.state.consumed == [0] * self.n:
-                raise RuntimeError(
-                    f"epoch {self.state.epoch} produced no batch: too few valid samples for "
-                    f"batch_size={self.cfg.batch_size} on this rank "
-                    f"({sum(len(s.urls) for s in self.cfg.sources)} shards)"
-                )
+            batches.close()
+            if len(statuses) == 1:  # no agreement: this rank alone
+                statuses = [
+                    statuses[0] if r == self.cfg.rank else HAVE for r in range(self.cfg.world)
+                ]
+            empty = [r for r, s in enumerate(statuses) if s == EMPTY]
+            if empty:
+                raise self._no_batch(empty)
             self.state = DataState(epoch=self.state.epoch + 1, skipped_before=self.skipped)
+            self.skipped_now = [0] * self.n
+
+    def _no_batch(self, ranks: list[int]) -> DataError:
+        c = self.cfg
+        shards = sum(len(s.urls) for s in c.sources)
+        if c.world == 1:
+            who, readers = "", f"{self.n} loader workers"
+        else:
+            who = f" rank {ranks[0]}" if len(ranks) == 1 else f" ranks {ranks}"
+            readers = f"{c.world} ranks x {self.n} loader workers"
+        note = _skipped_note(self.skipped) if c.rank in ranks else ""
+        return DataError(
+            f"epoch {self.state.epoch} gave{who} no batch{note}: too few samples for "
+            f"data.batch_size={c.batch_size} in {shards} shards for {readers} (smaller "
+            "batches, fewer workers, more shards, or data.resampled=true)"
+        )
+
+
+def _skipped_note(count: int) -> str:
+    return f" ({count} bad samples were skipped, see the warnings above)" if count else ""
 
 
 def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, Any]]:

@@ -65,13 +65,20 @@ def expand_shards(spec: str) -> list[str]:
 
 
 class SkipCounter:
-    """A webdataset-style handler that logs and counts bad input instead of raising."""
+    """A webdataset-style handler that logs and counts bad input instead of raising.
 
-    def __init__(self) -> None:
+    ``report=False``: skip silently and count nothing, for a reader of a shard that another
+    reader also reads and reports (see ``pipeline.reader_samples``).
+    """
+
+    def __init__(self, report: bool = True) -> None:
+        self.report = report
         self.count = 0
         self.last = ""
 
     def __call__(self, exn: BaseException) -> bool:
+        if not self.report:
+            return True
         self.count += 1
         self.last = _describe(exn)
         log.warning("skipped bad input (%d so far): %s", self.count, self.last)

@@ -8,10 +8,9 @@ rename), so a killed write never leaves a half checkpoint under the real name.
 
 from __future__ import annotations
 
-import os
+import logging
 import random
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.config import apply_overrides
+from mmptm.config import apply_overrides, write_atomic
 from mmptm.models.run import RunConfig, run_config
+
+log = logging.getLogger(__name__)
 
 CKPT_RE = re.compile(r"^step_(\d+)\.pt$")
 CKPT_DIR = "checkpoints"
@@ -71,18 +72,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save_atomic(obj: Any, path: str | Path) -> None:
     """torch.save to a temporary file in the same folder, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, lambda f: torch.save(obj, f))
+
+
+def remove_temporaries(ckpt_dir: str | Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that were killed before their rename."""
+    d = Path(ckpt_dir)
+    stale = sorted(d.glob(".step_*.pt.*.tmp")) if d.is_dir() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def checkpoint_path(ckpt_dir: str | Path, step: int) -> Path:
@@ -140,13 +139,18 @@ def prune(ckpt_dir: str | Path, keep: int) -> None:
 
 def resolve(path_or_dir: str | Path) -> Path:
     """A checkpoint file, or the latest one in a run directory / its checkpoints folder."""
+    return _candidates(path_or_dir)[-1]
+
+
+def _candidates(path_or_dir: str | Path) -> list[Path]:
+    """The file itself, or a run's checkpoints ordered by step (oldest first)."""
     p = Path(path_or_dir)
     if p.is_file():
-        return p
+        return [p]
     for d in (p / CKPT_DIR, p):
         found = list_checkpoints(d)
         if found:
-            return found[-1]
+            return found
     raise FileNotFoundError(f"no checkpoint (step_*.pt) in {p} or {p / CKPT_DIR}")
 
 
@@ -154,11 +158,35 @@ _FIELDS = ("step", "model", "config", "optimizer", "scheduler", "ranks", "world_
 
 
 def read(path_or_dir: str | Path) -> Checkpoint:
-    """Read a checkpoint file, or the latest checkpoint of a run directory."""
-    path = resolve(path_or_dir)
-    # weights_only=False: the checkpoint holds RNG states and plain dicts we wrote ourselves.
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    missing = [k for k in ("model", "config") if k not in state]
+    """Read a checkpoint file, or the newest readable checkpoint of a run directory.
+
+    A run's newest checkpoint that cannot be read (truncated by a full disk, damaged) is
+    skipped with a warning naming it, and the one before is tried; a file named explicitly
+    must be readable.
+    """
+    if Path(path_or_dir).is_file():
+        return _load(Path(path_or_dir))
+    broken: list[str] = []
+    for path in reversed(_candidates(path_or_dir)):
+        try:
+            ck = _load(path)
+        except ValueError as e:
+            broken.append(str(e))
+            continue
+        if broken:
+            log.warning("%s; using the previous one, %s", "; ".join(broken), path)
+        return ck
+    raise ValueError(f"no readable checkpoint in {path_or_dir}: " + "; ".join(broken))
+
+
+def _load(path: Path) -> Checkpoint:
+    try:
+        # weights_only=False: the checkpoint holds RNG states and plain dicts we wrote ourselves.
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated, not a zip, bad pickle ...: all mean "broken file"
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: cannot read this checkpoint ({reason})") from None
+    missing = [k for k in ("model", "config") if not isinstance(state, dict) or k not in state]
     if missing:
         raise ValueError(f"{path}: not an mmptm checkpoint (lacks {missing})")
     extra = {k: v for k, v in state.items() if k not in _FIELDS}

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mmptm.config import ConfigError, apply_overrides, from_dict, load_yaml_tree
+from mmptm.config import ConfigError, apply_overrides, bounded, from_dict, load_yaml_tree
 from mmptm.data.pipeline import DataConfig
 from mmptm.models.pretrain import ModelConfig
 
@@ -20,30 +20,39 @@ log = logging.getLogger(__name__)
 class TrainConfig:
     """Optimisation and bookkeeping of a run."""
 
-    max_steps: int = 1000
+    max_steps: int = bounded(1000, ge=1)
     #: stop (with a checkpoint) at this step although the schedule runs to max_steps, to
     #: split a job across time-limited allocations; resume=true continues it. 0 = off
-    stop_at: int = 0
-    lr: float = 5e-4
-    weight_decay: float = 0.01
+    stop_at: int = bounded(0, ge=0)
+    lr: float = bounded(5e-4, ge=0)
+    weight_decay: float = bounded(0.01, ge=0)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
-    eps: float = 1e-6
-    warmup_steps: int = 100
+    eps: float = bounded(1e-6, gt=0)
+    warmup_steps: int = bounded(100, ge=0)
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     #: the learning rate decays to ``lr * min_lr_ratio``
-    min_lr_ratio: float = 0.0
+    min_lr_ratio: float = bounded(0.0, ge=0, le=1)
     #: micro-batches per optimiser step (each of data.batch_size)
-    grad_accum: int = 1
+    grad_accum: int = bounded(1, ge=1)
     #: max global gradient norm; 0 disables clipping
-    clip_grad_norm: float = 1.0
+    clip_grad_norm: float = bounded(1.0, ge=0)
     #: auto = bf16 autocast on CUDA, fp32 on CPU
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     compile: bool = False
     device: str = "auto"
-    log_every: int = 10
-    ckpt_every: int = 500
-    keep_checkpoints: int = 2
+    log_every: int = bounded(10, ge=1)
+    ckpt_every: int = bounded(500, ge=1)
+    #: 0 keeps all
+    keep_checkpoints: int = bounded(2, ge=0)
     progress: bool = True
+    #: steps with a non-finite loss to skip (no update; a warning names the step, the loss
+    #: terms and the batch's sample keys) before the run stops with that report; 0 = stop
+    #: at the first
+    max_nonfinite_steps: int = bounded(0, ge=0)
+    #: seconds a rank waits for the others (a collective: gradients, a checkpoint) before
+    #: the run stops with a message naming the ranks that did not answer; allow for the
+    #: slowest checkpoint write
+    dist_timeout_s: float = bounded(600.0, gt=0)
     #: DDP option for models whose objectives leave parameters unused on some steps
     find_unused_parameters: bool = False
     #: parameters left out of training, as glob patterns over their names, e.g.

@@ -36,6 +36,11 @@ class Objective(nn.Module):
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
+    def after_step(self) -> None:
+        """Called by the trainer after each optimiser step: constraints on parameters (a
+        clamped temperature) belong here, not in ``forward``, where a clamp blocks the
+        gradient."""
+
 
 def encoder_target_dim(enc: nn.Module, configured: int, where: str) -> int:
     """Width F of an encoder's ``ModalityTokens.targets``: ``configured`` when set, else the

@@ -5,10 +5,11 @@ Modality-agnostic: it compares ``pooled[a]`` with ``pooled[b]`` for the two name
 in a fusion model). With the same name twice (``[text, text]``) it aligns the two halves of
 a stacked pair batch (``data.sources.<name>.pairs: stack``): rows i and B+i, each sentence
 encoded alone, as InfoXLM's cross-lingual contrast. Learnable temperature (logit scale
-initialised to 1/0.07, clamped at ``max_logit_scale``). Under torch.distributed the
-features of all ranks are gathered with gradient; the default ``local_loss`` scores local
-rows against all columns, so memory stays linear in the global batch (open_clip's
-local-loss variant).
+initialised to 1/0.07; as open_clip, the parameter is clamped to [0, ln ``max_logit_scale``]
+after each optimiser step, so that above the bound it keeps its gradient and comes back).
+Under torch.distributed the features of all ranks are gathered with gradient; the default
+``local_loss`` scores local rows against all columns, so memory stays linear in the global
+batch (open_clip's local-loss variant).
 
 ``time_reversed_keys`` (e.g. ``[frames, frames_mask]``) adds **time-reversed negatives**
 (as TACT, Bagad et al. 2023, "Test of Time"): the data side appends, for a share
@@ -182,8 +183,12 @@ class Contrastive(Objective):
         return F.normalize(self.proj[modality](vector).float(), dim=-1)
 
     def scale(self) -> torch.Tensor:
-        """The current logit scale (1 / temperature), clamped."""
-        return self.logit_scale.clamp(max=math.log(self.cfg.max_logit_scale)).exp()
+        """The current logit scale (1 / temperature)."""
+        return self.logit_scale.exp()
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        self.logit_scale.clamp_(0.0, math.log(self.cfg.max_logit_scale))
 
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         a, b = self.cfg.modalities

@@ -8,11 +8,14 @@ and data position of every rank), so that ``resume=true`` continues exactly.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import logging
 import math
 import os
 import random
+import re
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from mmptm.batch import move_to
-from mmptm.config import save_config, to_dict
+from mmptm.config import remove_temporaries, save_config, to_dict, write_atomic
 from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
@@ -34,13 +37,27 @@ from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
+from mmptm.objectives.base import Objective
 from mmptm.train.optim import build_optimizer, freeze
 
 log = logging.getLogger(__name__)
 
 
 class NonFiniteLoss(FloatingPointError):
-    """A loss became NaN/inf; the message names the step and the batch's sample keys."""
+    """Losses were NaN/inf more often than ``train.max_nonfinite_steps`` allows; the message
+    names the step, the loss terms and the batch's sample keys."""
+
+
+class RankStalled(TimeoutError):
+    """Under DDP, ranks stopped answering for ``train.dist_timeout_s``; the message names them."""
+
+
+#: how collectives fail when a peer is gone or late (gloo raises plain RuntimeErrors)
+_LOST_PEER = re.compile(
+    r"timed out|timeout|closed by peer|reset by peer|connection refused|broken pipe|"
+    r"pair closure|connection closed",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -54,13 +71,34 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed(device_type: str) -> Dist:
-    """Join the process group that ``torchrun`` describes in the environment, if any."""
+def silent_ranks(d: Dist, wait_s: float) -> list[int] | None:
+    """The ranks that do not check in through the process group's store within ``wait_s``,
+    once a collective failed: those are the stalled (or dead) ones. None: no store."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        store.set_timeout(datetime.timedelta(seconds=max(wait_s, 1.0)))
+        store.set(f"mmptm/alive/{d.rank}", "1")
+        missing = [r for r in range(d.world) if r != d.rank]
+        deadline = time.monotonic() + wait_s
+        while missing and time.monotonic() < deadline:
+            time.sleep(0.1)
+            missing = [r for r in missing if not store.check([f"mmptm/alive/{r}"])]
+        return missing
+    except Exception:  # the store went with a dead rank, or was never there
+        return None
+
+
+def init_distributed(device_type: str, timeout_s: float = 600.0) -> Dist:
+    """Join the process group that ``torchrun`` describes in the environment, if any; a
+    collective that waits longer than ``timeout_s`` for a rank fails."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return Dist()
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        dist.init_process_group(
+            backend="nccl" if device_type == "cuda" else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
@@ -87,22 +125,67 @@ def _gather(obj: Any, d: Dist) -> list[Any]:
     return out
 
 
+#: settings that may differ between a run and its resumption without changing the run
+_RESUME_FREE = {"resume", "train.stop_at", "train.progress", "train.log_every",
+                "train.ckpt_every", "train.keep_checkpoints", "train.dist_timeout_s",
+                "train.max_nonfinite_steps"}  # fmt: skip
+
+
+def config_changes(old: Any, new: Any, where: str = "") -> str:
+    """The settings that differ between two config trees, as ``key: old -> new`` items."""
+    if where in _RESUME_FREE:
+        return ""
+    if isinstance(old, dict) and isinstance(new, dict):
+        parts = [config_changes(old.get(k), new.get(k), f"{where}.{k}" if where else k)
+                 for k in dict.fromkeys([*old, *new])]  # fmt: skip
+        return ", ".join(p for p in parts if p)
+    return "" if old == new else f"{where}: {old} -> {new}"
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when ``folder`` cannot be created or written to."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise OSError(e.errno, f"output_dir {folder} is not writable ({e.strerror})") from None
+
+
+def keep_rows_until(metrics_path: Path, step: int) -> None:
+    """Drop the rows of steps after ``step`` (logged by a run that was then resumed from an
+    earlier checkpoint, and about to be logged again) and a half-written last line."""
+    if not metrics_path.exists():
+        return
+    lines = metrics_path.read_text().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get("step", 0) <= step and line.endswith("\n"):
+            kept.append(line)
+    if kept != lines:
+        write_atomic(metrics_path, lambda f: f.write("".join(kept).encode()))
+
+
 class Trainer:
     """Builds everything a run needs from a ``RunConfig`` and runs it to ``max_steps``."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         tc = cfg.train
-        if tc.grad_accum < 1:
-            raise ValueError(f"train.grad_accum must be >= 1, got {tc.grad_accum}")
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
-        self.dist = init_distributed(device_type or "cpu")
+        self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
         self.device = pick_device(tc.device, self.dist.local_rank)
         self.bf16 = tc.precision == "bf16" or (
             tc.precision == "auto" and self.device.type == "cuda"
         )
         self.out = Path(cfg.output_dir)
         self.ckpt_dir = self.out / checkpoint.CKPT_DIR
+        if self.dist.main:
+            check_writable(self.out)
         init = init_from(cfg)
         seed_everything(cfg.seed)  # identical initial weights on every rank
         self.model, self.tokenizer = build_model(cfg)
@@ -132,6 +215,14 @@ class Trainer:
             rank=self.dist.rank,
             world=self.dist.world,
         )
+        shards = [len(src.urls) for src in self.stream.sources]
+        shared = shards[0] % self.dist.world if len(shards) == 1 else 0
+        if shared and not cfg.data.resampled and self.dist.main:
+            log.info(
+                "%d shards for %d ranks: every rank reads %d of them each epoch and keeps 1/%d "
+                "of their samples (a multiple of %d shards reads each shard once)",
+                shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
+            )  # fmt: skip
         self.optimizer, self.scheduler = build_optimizer(
             self.model, tc, fused=self.device.type == "cuda"
         )
@@ -144,8 +235,12 @@ class Trainer:
             )
         if tc.compile:
             self.net = torch.compile(self.net)
+        #: parameter constraints to apply after each optimiser step (a clamped temperature)
+        self.objectives = [m for m in self.model.modules() if isinstance(m, Objective)]
         self.step = 0
         self.data_state = DataState()
+        #: optimiser steps skipped for a non-finite loss (kept in checkpoints)
+        self.nonfinite_skipped = 0
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -160,17 +255,23 @@ class Trainer:
         )
         path = checkpoint.checkpoint_path(self.ckpt_dir, self.step)
         if self.dist.main:
-            checkpoint.write(
-                self.ckpt_dir,
-                self.step,
-                model=self.model.state_dict(),
-                optimizer=self.optimizer.state_dict(),
-                scheduler=self.scheduler.state_dict(),
-                ranks=states,
-                world_size=self.dist.world,
-                config=to_dict(self.cfg),
-                keep=self.cfg.train.keep_checkpoints,
-            )
+            try:
+                checkpoint.write(
+                    self.ckpt_dir,
+                    self.step,
+                    model=self.model.state_dict(),
+                    optimizer=self.optimizer.state_dict(),
+                    scheduler=self.scheduler.state_dict(),
+                    ranks=states,
+                    world_size=self.dist.world,
+                    config=to_dict(self.cfg),
+                    keep=self.cfg.train.keep_checkpoints,
+                    extra={"nonfinite_skipped": self.nonfinite_skipped},
+                )
+            except OSError as e:  # a full disk: the write was atomic, the last one stands
+                kept = checkpoint.list_checkpoints(self.ckpt_dir)
+                note = f"; {kept[-1].name} is kept" if kept else ""
+                raise OSError(e.errno, f"cannot write {path} ({e.strerror or e}){note}") from None
         if self.dist.world > 1:
             dist.barrier()
         return path
@@ -184,9 +285,14 @@ class Trainer:
         theirs = ckpt.config.get("train", {}).get("max_steps")
         if theirs is not None and theirs != self.cfg.train.max_steps:
             raise ValueError(
-                f"{ckpt.path} belongs to a run with train.max_steps={theirs}; this one has "
-                f"{self.cfg.train.max_steps}, another schedule: use another output_dir"
+                f"{ckpt.path} belongs to a run with train.max_steps={theirs}, this one has "
+                f"{self.cfg.train.max_steps}: to continue that run, repeat the overrides of its "
+                f"first command (train.max_steps={theirs}) with resume=true; for another "
+                "schedule, use another output_dir"
             )
+        changed = config_changes(ckpt.config, to_dict(self.cfg))
+        if changed and self.dist.main:
+            log.warning("resuming with settings changed since %s: %s", ckpt.path, changed)
         self.model.load_state_dict(ckpt.model)
         self.optimizer.load_state_dict(ckpt.optimizer)
         self.scheduler.load_state_dict(ckpt.scheduler)
@@ -194,11 +300,19 @@ class Trainer:
         checkpoint.set_rng_state(mine["rng"])
         self.data_state = DataState(**mine["data"])
         self.step = ckpt.step
+        self.nonfinite_skipped = int(ckpt.extra.get("nonfinite_skipped", 0))
         log.info("resumed from %s at step %d", ckpt.path, self.step)
 
     def _maybe_resume(self) -> None:
         r = self.cfg.resume
         if r is False:
+            found = checkpoint.list_checkpoints(self.ckpt_dir)
+            if found:
+                raise ValueError(
+                    f"output_dir {self.out} has checkpoints of an earlier run (up to "
+                    f"{found[-1].name}): resume=true continues it; to start over, use another "
+                    f"output_dir or delete {self.ckpt_dir}"
+                )
             return
         if r is True:
             if not checkpoint.list_checkpoints(self.ckpt_dir):
@@ -215,22 +329,35 @@ class Trainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _check_finite(self, loss: torch.Tensor, keys: list[str]) -> None:
-        ok = torch.isfinite(loss.detach()).to(torch.int32)
-        if self.dist.world > 1:  # every rank must stop together, not hang in the next all-reduce
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-        if not bool(ok):
-            shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
-            raise NonFiniteLoss(
-                f"non-finite loss {loss.item()} at step {self.step} (rank {self.dist.rank}); "
-                f"batch keys: {shown}"
-            )
+    def _report(self, out, keys: list[str]) -> str:
+        """Which loss terms of a micro-batch are non-finite, and its samples."""
+        names = [
+            f"{k}={v.float().sum().item()}"
+            for k, v in out.terms.items()
+            if k.endswith("loss") and not torch.isfinite(v).all()
+        ] or [f"loss={out.loss.item()}"]
+        shown = ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else "")
+        rank = f"rank {self.dist.rank}, " if self.dist.world > 1 else ""
+        return f"{', '.join(names)} ({rank}batch keys: {shown})"
 
-    def train_step(self, batches) -> dict[str, float]:
-        """One optimiser step over ``grad_accum`` micro-batches; returns averaged terms."""
+    def _all_reports(self, reports: list[str]) -> list[str]:
+        """Every rank's reports of non-finite micro-batches this step: all ranks skip or stop
+        together (one that stopped alone would leave the others waiting in an all-reduce)."""
+        if self.dist.world == 1:
+            return reports
+        flag = torch.tensor([len(reports)], device=self.device)
+        dist.all_reduce(flag)
+        if not int(flag.item()):
+            return []
+        return [r for rank_reports in _gather(reports, self.dist) for r in rank_reports]
+
+    def train_step(self, batches) -> dict[str, float] | None:
+        """One optimiser step over ``grad_accum`` micro-batches; returns averaged terms, or
+        None when a loss was not finite and the step was skipped (``max_nonfinite_steps``)."""
         tc = self.cfg.train
         self.net.train()
         sums: dict[str, float] = {}
+        reports: list[str] = []
         for micro in range(tc.grad_accum):
             batch = move_to(next(batches), self.device)
             last = micro == tc.grad_accum - 1
@@ -240,29 +367,62 @@ class Trainer:
             with sync:
                 with self._autocast():
                     out = self.net(batch)
-                self._check_finite(out.loss, batch["__key__"])
+                # backward even when not finite: DDP expects every rank's gradients
                 (out.loss / tc.grad_accum).backward()
-            sums["loss"] = sums.get("loss", 0.0) + out.loss.item()
+            loss = out.loss.item()
+            if not math.isfinite(loss):
+                reports.append(self._report(out, batch["__key__"]))
+            sums["loss"] = sums.get("loss", 0.0) + loss
             for k, v in out.terms.items():
                 sums[k] = sums.get(k, 0.0) + v.float().item()
+        bad = self._all_reports(reports)
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._skip_nonfinite(f"non-finite loss at step {self.step + 1}: " + "; ".join(bad))
+            return None
         terms = {k: v / tc.grad_accum for k, v in sums.items()}
         if tc.clip_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip_grad_norm)
             terms["grad_norm"] = float(norm)
         self.optimizer.step()
+        for objective in self.objectives:
+            objective.after_step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return terms
 
+    def _skip_nonfinite(self, message: str) -> None:
+        """Skip the step (no update), or stop when ``train.max_nonfinite_steps`` are used up."""
+        self.nonfinite_skipped += 1
+        limit = self.cfg.train.max_nonfinite_steps
+        if self.nonfinite_skipped > limit:
+            note = f" (train.max_nonfinite_steps={limit} skipped before)" if limit else ""
+            raise NonFiniteLoss(message + note)
+        if self.dist.main:
+            log.warning(
+                "%s: step skipped, no update (%d of train.max_nonfinite_steps=%d)",
+                message,
+                self.nonfinite_skipped,
+                limit,
+            )
+
     def fit(self) -> dict[str, Any]:
         """Train to ``train.max_steps``; returns the last logged metrics."""
         cfg, tc = self.cfg, self.cfg.train
         self._maybe_resume()
+        metrics_path = self.out / "metrics.jsonl"
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.yaml")
-        self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state)
+            # what a killed run left: half-written files, and rows past the resumed step
+            stale = checkpoint.remove_temporaries(self.ckpt_dir)
+            stale += remove_temporaries(metrics_path) + remove_temporaries(self.out / "config.yaml")
+            if stale:
+                log.info("removed %d temporary files of an interrupted run", len(stale))
+            keep_rows_until(metrics_path, self.step)
+        agree = self._agree if self.dist.world > 1 else None
+        self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state, agree)
         batches = iter(self.loader)
         bar = tqdm(
             total=tc.max_steps,
@@ -271,7 +431,7 @@ class Trainer:
             desc="pretrain",
             dynamic_ncols=True,
         )
-        metrics_file = (self.out / "metrics.jsonl").open("a") if self.dist.main else None
+        metrics_file = metrics_path.open("a") if self.dist.main else None
         last: dict[str, Any] = {}
         samples = 0
         end = min(tc.max_steps, tc.stop_at) if tc.stop_at > 0 else tc.max_steps
@@ -279,6 +439,8 @@ class Trainer:
         try:
             while self.step < end:
                 terms = self.train_step(batches)
+                if terms is None:  # a non-finite loss, skipped
+                    continue
                 samples += tc.grad_accum * cfg.data.batch_size * self.dist.world
                 bar.update(1)
                 if self.step % tc.log_every == 0 or self.step == end:
@@ -288,7 +450,8 @@ class Trainer:
                         "lr": self.scheduler.get_last_lr()[0],
                         **{k: round(v, 6) for k, v in terms.items()},
                         "samples_per_s": round(samples / dt, 2) if dt > 0 else math.nan,
-                        "data_skipped": self.loader.skipped,
+                        "data_skipped": self._skipped(),
+                        "nonfinite_skipped": self.nonfinite_skipped,
                         "epoch": self.loader.state.epoch,
                     }
                     bar.set_postfix(loss=f"{terms['loss']:.3f}")
@@ -298,13 +461,52 @@ class Trainer:
                     samples, t0 = 0, time.perf_counter()
                 if self.step % tc.ckpt_every == 0 or self.step == end:
                     self.save()
+            skipped = self._skipped()
+        except RuntimeError as e:
+            if self.dist.world > 1 and (isinstance(e, dist.DistError) or _LOST_PEER.search(str(e))):
+                raise self._stalled(e) from e
+            raise
         finally:
             bar.close()
             if metrics_file is not None:
                 metrics_file.close()
-        if self.loader.skipped and self.dist.main:
-            log.warning("%d bad samples were skipped (see warnings above)", self.loader.skipped)
+        if skipped and self.dist.main:
+            log.warning("%d bad samples were skipped (see warnings above)", skipped)
         return last
+
+    def _stalled(self, err: BaseException) -> RankStalled:
+        """What to tell when a collective failed: which ranks stopped answering."""
+        timeout = f"train.dist_timeout_s={self.cfg.train.dist_timeout_s:g}"
+        at = f"at step {self.step + 1}"
+        reason = " ".join(str(err).split()) or type(err).__name__
+        silent = silent_ranks(self.dist, min(self.cfg.train.dist_timeout_s, 30.0))
+        if silent:
+            who = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {silent}"
+            return RankStalled(
+                f"{who} stopped answering {at}: no reply within {timeout} (stalled, or exited: "
+                f"see its own message); rank {self.dist.rank} stops too"
+            )
+        if silent == []:
+            return RankStalled(
+                f"rank {self.dist.rank} lost the other ranks {at} ({reason}); they are alive, "
+                f"so this rank was the late one, by more than {timeout}"
+            )
+        return RankStalled(f"rank {self.dist.rank} lost the other ranks {at} ({reason}; {timeout})")
+
+    def _agree(self, status: int) -> list[int]:
+        """Every rank's data status for the next batch (see ``Loader``)."""
+        mine = torch.tensor([status], dtype=torch.int32, device=self.device)
+        out = [torch.zeros_like(mine) for _ in range(self.dist.world)]
+        dist.all_gather(out, mine)
+        return [int(t.item()) for t in out]
+
+    def _skipped(self) -> int:
+        """Bad samples skipped so far by all ranks."""
+        if self.dist.world == 1:
+            return self.loader.skipped
+        total = torch.tensor([self.loader.skipped], dtype=torch.int64, device=self.device)
+        dist.all_reduce(total)
+        return int(total.item())
 
 
 def pretrain(cfg: RunConfig) -> dict[str, Any]:

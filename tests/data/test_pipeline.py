@@ -18,6 +18,7 @@ from mmptm.config import from_dict
 from mmptm.data.decode import Collate
 from mmptm.data.pipeline import (
     DataConfig,
+    DataError,
     DataState,
     Loader,
     ShardStream,
@@ -194,6 +195,137 @@ def test_each_sample_is_read_by_exactly_one_rank_and_worker(tmp_path, tiny_token
         seen.append(_keys(Loader(sc, num_workers=2)._epoch_batches()))
     assert set(seen[0]).isdisjoint(seen[1])
     assert sorted(seen[0] + seen[1]) == sorted(s["__key__"] for s in samples)
+
+
+def _text_shards(folder: Path, sizes: list[int]) -> list[str]:
+    """Shards of text-only samples ``s<shard>_<i>``, of the given sizes (fast to read)."""
+    urls = []
+    for n, size in enumerate(sizes):
+        path = folder / f"t{n:03d}-%06d.tar"
+        samples = [{"__key__": f"s{n}_{i}", "txt": "x"} for i in range(size)]
+        urls += _write(path, samples, per_shard=max(size, 1))
+    return urls
+
+
+@pytest.mark.parametrize(
+    "sizes, world, workers",
+    [([16] * 3, 2, 1), ([16] * 3, 2, 2), ([16], 2, 2), ([16] * 5, 4, 1), ([16] * 7, 2, 3),
+     ([20, 4, 12], 2, 2), ([5] * 9, 3, 2), ([3, 1], 3, 1)],
+)  # fmt: skip
+def test_every_sample_is_read_once_and_ranks_get_equal_shares(tmp_path, sizes, world, workers):
+    from mmptm.data.pipeline import reader_samples
+    from mmptm.data.shards import SkipCounter
+
+    urls = _text_shards(tmp_path, sizes)
+    per_rank = []
+    for rank in range(world):
+        keys = [s["__key__"] for w in range(workers)
+                for s in reader_samples(urls, rank, world, w, workers, SkipCounter())]  # fmt: skip
+        per_rank.append(keys)
+    every = [k for keys in per_rank for k in keys]
+    assert sorted(every) == sorted(f"s{n}_{i}" for n, size in enumerate(sizes) for i in range(size))
+    # each rank owns len // world whole shards (equal when the shards are) and a 1/world
+    # share of the rest, so equal-sized shards give shares within one sample per shared shard
+    if len(set(sizes)) == 1:
+        counts = [len(keys) for keys in per_rank]
+        assert max(counts) - min(counts) <= len(sizes) % world, counts
+
+
+def test_workers_sharing_few_shards_take_whole_batches(tmp_path):
+    from mmptm.data.pipeline import reader_samples
+    from mmptm.data.shards import SkipCounter
+
+    urls = _text_shards(tmp_path, [16])  # one shard: 8 samples per rank, one batch of 8
+    for rank in range(2):
+        shares = [
+            [s["__key__"] for s in reader_samples(urls, rank, 2, w, 2, SkipCounter(), block=8)]
+            for w in range(2)
+        ]
+        assert sorted(len(keys) for keys in shares) == [0, 8]
+
+
+def test_a_corrupt_shard_read_by_every_rank_is_counted_once(tmp_path):
+    from mmptm.data.pipeline import reader_samples
+    from mmptm.data.shards import SkipCounter
+
+    urls = _text_shards(tmp_path, [8, 8, 8])
+    Path(urls[2]).write_bytes(Path(urls[2]).read_bytes()[:700])  # the shared one, truncated
+    counters = [SkipCounter() for _ in range(4)]
+    for rank in range(2):
+        for w in range(2):
+            list(reader_samples(urls, rank, 2, w, 2, counters[rank * 2 + w]))
+    assert sum(c.count for c in counters) == 1
+
+
+class _Ranks:
+    """In-process stand-in for the all-gather of the ranks' statuses: threads as ranks."""
+
+    def __init__(self, world: int) -> None:
+        import threading
+
+        self.barrier = threading.Barrier(world, timeout=60)
+        self.statuses: list[int] = [0] * world
+
+    def agree(self, rank: int):
+        def gather(status: int) -> list[int]:
+            self.statuses[rank] = status
+            self.barrier.wait()
+            out = list(self.statuses)
+            self.barrier.wait()
+            return out
+
+        return gather
+
+
+def _run_ranks(urls, tokenizer, world: int, steps: int, batch_size: int = 4):
+    """Each rank's (epoch, keys) per batch over ``steps`` batches, ranks in lock step."""
+    import threading
+
+    ranks = _Ranks(world)
+    seen: list[list] = [[] for _ in range(world)]
+    errors: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        sc = _stream(urls, tokenizer, rank=rank, world=world, batch_size=batch_size)
+        loader = Loader(sc, 0, agree=ranks.agree(rank))
+        try:
+            for _, batch in zip(range(steps), loader):
+                seen[rank].append((loader.state.epoch, batch["__key__"]))
+        except BaseException as e:
+            errors.append(e)
+            ranks.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return seen
+
+
+@pytest.mark.parametrize("sizes", [[12, 12, 12], [20, 4], [12]])
+def test_ranks_end_each_epoch_together_without_duplicates(tmp_path, tiny_tokenizer, sizes):
+    samples = [_sample(f"k{i:03d}") for i in range(sum(sizes))]
+    urls, start = [], 0
+    for n, size in enumerate(sizes):
+        urls += _write(tmp_path / f"s{n}-%06d.tar", samples[start : start + size], size)
+        start += size
+    seen = _run_ranks(urls, tiny_tokenizer, world=2, steps=12)
+    assert len(seen[0]) == len(seen[1]) == 12
+    epochs = [e for e, _ in seen[0]]
+    assert epochs == [e for e, _ in seen[1]]  # the ranks are in the same epoch at every step
+    assert epochs[-1] >= 2
+    for epoch in set(epochs):
+        keys = [k for rank in seen for e, batch in rank if e == epoch for k in batch]
+        assert len(keys) == len(set(keys)), f"epoch {epoch}: a sample was read twice"
+
+
+def test_a_rank_without_a_batch_stops_every_rank_with_one_error(tmp_path, tiny_tokenizer):
+    urls = _write(tmp_path / "s-%06d.tar", [_sample(f"k{i}") for i in range(6)], per_shard=3)
+    with pytest.raises(DataError, match=r"epoch 0 gave ranks \[0, 1\] no batch: too few"):
+        _run_ranks(urls, tiny_tokenizer, world=2, steps=2, batch_size=4)
 
 
 def test_resampled_stream_is_endless_and_seeded(tmp_path, tiny_tokenizer):

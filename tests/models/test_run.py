@@ -1,11 +1,12 @@
-"""The run config: recipes and checkpoints of earlier versions load with today's keys."""
+"""The run config: recipes and checkpoints of earlier versions load with today's keys; ranges."""
 
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 
 from mmptm.config import ConfigError
-from mmptm.models.run import run_config, upgrade
+from mmptm.models.run import load_run_config, run_config, upgrade
 
 OLD = {
     "data": {
@@ -50,3 +51,15 @@ def test_a_recipe_in_todays_keys_is_unchanged_and_a_bad_plugin_is_named():
     assert upgrade(new) == new
     with pytest.raises(ConfigError, match=r"plugins: cannot import 'no_such_module_x'"):
         run_config({"plugins": ["no_such_module_x"]})
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["train.log_every=0", "train.ckpt_every=0", "train.max_steps=0", "train.max_steps=-3",
+     "train.grad_accum=0", "train.keep_checkpoints=-1", "data.batch_size=0",
+     "data.num_workers=-1"],
+)  # fmt: skip
+def test_run_config_ranges_fail_before_training(override) -> None:
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"clip_tiny.yaml: {key}: must be >= "):
+        load_run_config(str(ROOT / "configs/pretrain/clip_tiny.yaml"), [override])

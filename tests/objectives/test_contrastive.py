@@ -108,17 +108,25 @@ def test_contrastive_initial_scale_and_loss() -> None:
     assert res["acc"].item() == pytest.approx(acc)
 
 
-def test_contrastive_logit_scale_is_clamped() -> None:
+def test_logit_scale_above_the_bound_still_learns_and_is_clamped_after_the_step() -> None:
+    """open_clip's rule: the parameter itself is clamped to [0, ln max] after each optimiser
+    step. Clamping inside the forward pass gave it no gradient above the bound, so it stuck."""
     torch.manual_seed(0)
     obj = Contrastive(Contrastive.Config(max_logit_scale=50.0), width=8)
     with torch.no_grad():
-        obj.logit_scale.fill_(math.log(1000.0))  # above the bound
+        obj.logit_scale.fill_(math.log(1000.0))  # above the bound, e.g. an imported weight
     pooled = _pooled(torch.Generator().manual_seed(2), 5, 8)
     res = obj(FusionOutput({}, {}, pooled), {})
-    assert res["logit_scale"].item() == pytest.approx(50.0, rel=1e-5)
-    want = _np_contrastive_loss(obj, pooled, 50.0)
-    assert res["loss"].item() == pytest.approx(want, rel=1e-5)
-    assert _np_contrastive_loss(obj, pooled, 1000.0) != pytest.approx(want, rel=1e-3)
+    assert res["logit_scale"].item() == pytest.approx(1000.0, rel=1e-5)  # used as it is
+    assert res["loss"].item() == pytest.approx(_np_contrastive_loss(obj, pooled, 1000.0), rel=1e-5)
+    res["loss"].backward()
+    assert obj.logit_scale.grad is not None and obj.logit_scale.grad.abs().item() > 0
+    obj.after_step()
+    assert obj.logit_scale.item() == pytest.approx(math.log(50.0))
+    with torch.no_grad():
+        obj.logit_scale.fill_(-2.0)  # a temperature above 1: no lower bound before
+    obj.after_step()
+    assert obj.logit_scale.item() == 0.0
 
 
 def test_temperature_frozen_when_not_learned() -> None:

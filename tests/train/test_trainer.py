@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, tiny_overrides
+from conftest import ROOT, TEXT_MLM, text_mlm_overrides, tiny_overrides
 
 from mmptm.config import ConfigError
 from mmptm.models import checkpoint
@@ -101,7 +101,7 @@ def test_non_finite_loss_names_the_step_and_samples(tiny_world, tmp_path, monkey
 
     monkeypatch.setattr(PretrainModel, "forward", poisoned)
     trainer = Trainer(cfg)
-    with pytest.raises(NonFiniteLoss, match=r"at step 0 .*batch keys: train\d+"):
+    with pytest.raises(NonFiniteLoss, match=r"at step 1: loss=nan \(batch keys: train\d+"):
         trainer.fit()
 
 
@@ -180,9 +180,46 @@ def test_resume_with_another_schedule_is_refused(tiny_world, tmp_path):
     pretrain(load_run_config(CLIP, [*tiny_overrides(tiny_world, run), "train.max_steps=2"]))
     over = [*tiny_overrides(tiny_world, run), "train.max_steps=3", "resume=true"]
     trainer = Trainer(load_run_config(CLIP, over))
-    with pytest.raises(ValueError, match=r"train.max_steps=2; this one has 3"):
+    with pytest.raises(ValueError, match=r"train.max_steps=2, this one has 3: to continue"):
         trainer.fit()
     same = [*tiny_overrides(tiny_world, run), "train.max_steps=2", "resume=true"]
     trainer = Trainer(load_run_config(CLIP, same))
     trainer.fit()  # a finished run resumes to its end: nothing left to do
     assert trainer.step == 2
+
+
+def test_trainer_clamps_the_logit_scale_after_each_step(tiny_world, tmp_path):
+    cfg = load_run_config(CLIP, [*tiny_overrides(tiny_world, tmp_path / "r"), "train.max_steps=1"])
+    trainer = Trainer(cfg)
+    scale = trainer.model.objectives["contrastive"].logit_scale
+    with torch.no_grad():
+        scale.fill_(6.0)  # ln 403: above ln 100
+    trainer.fit()
+    assert scale.item() == pytest.approx(math.log(100.0))
+
+
+def test_resume_behind_the_last_logged_step_keeps_one_row_per_step(tiny_world, tmp_path):
+    run = tmp_path / "r"
+    over = text_mlm_overrides(tiny_world, run)  # 6 steps, a checkpoint every 3
+    pretrain(load_run_config(TEXT_MLM, over))
+    first = _rows(run)
+    # killed after logging step 6 but before its checkpoint landed: a temporary file is left
+    ckpt6 = run / "checkpoints" / "step_00000006.pt"
+    ckpt6.rename(run / "checkpoints" / ".step_00000006.pt.k1ll3d00.tmp")
+    pretrain(load_run_config(TEXT_MLM, [*over, "resume=true"]))
+    rows = _rows(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # 4..6 were written twice before
+    assert _losses(rows) == _losses(first)
+    leftovers = [p.name for p in run.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_a_fresh_run_into_an_output_dir_with_checkpoints_is_refused(tiny_world, tmp_path):
+    """It would mix two runs: the old, later checkpoints would survive pruning and be the
+    ones resume=true picks, and the old rows would stay in metrics.jsonl."""
+    run = tmp_path / "r"
+    over = [*text_mlm_overrides(tiny_world, run), "train.max_steps=2"]
+    pretrain(load_run_config(TEXT_MLM, over))
+    with pytest.raises(ValueError, match=r"has checkpoints .*step_00000002.pt.*resume=true"):
+        Trainer(load_run_config(TEXT_MLM, over)).fit()
+    assert [r["step"] for r in _rows(run)] == [1, 2]
