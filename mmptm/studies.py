@@ -82,6 +82,7 @@ def clip_study(out: Path, *, n_train=4000, n_test=500, steps=0, seed=0, override
         "configs/pretrain/clip_tiny.yaml",
         [
             f"output_dir={run}",
+            "resume=true",  # a second `make demo` continues or only evaluates
             f"data.train={data}/image_text/train-*.tar",
             f"data.val={data}/image_text/val-*.tar",
             f"data.test={data}/image_text/test-*.tar",
