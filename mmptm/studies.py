@@ -478,6 +478,8 @@ def audio_study(
                 save()
             continue
         paths = [f"data.{s}={audio[s]}" for s in ("train", "val", "test")]
+        if recipe == "clap_tiny":  # captions in every language, one drawn per sound and epoch
+            paths.append(f"data.modalities.text.caption_languages=[{','.join(LANGS[:4])}]")
         if recipe == "hubert_tiny":
             paths.append(f"model.objectives.hubert.codebook={codebook}")
         train(recipe, run, [*paths, *([f"train.max_steps={steps}"] if steps else [])])
