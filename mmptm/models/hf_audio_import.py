@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,13 @@ import torch
 from mmptm.config import from_dict, save_config, to_dict
 from mmptm.data.pipeline import DataConfig
 from mmptm.models import checkpoint
-from mmptm.models.hf_import import fit_state, load_hf_state_dict
+from mmptm.models.hf_import import (
+    compile_names,
+    fit_state,
+    load_hf_state_dict,
+    map_name,
+    require,
+)
 from mmptm.models.load import NO_TEXT
 from mmptm.models.pretrain import ModelConfig, PretrainModel
 from mmptm.models.run import RunConfig
@@ -105,32 +110,14 @@ HF_AUDIO_TO_MMPTM: dict[str, str] = {
 }
 
 
-def _compile_patterns() -> list[tuple[re.Pattern[str], str]]:
-    out = []
-    for hf, ours in HF_AUDIO_TO_MMPTM.items():
-        rx = re.escape(hf).replace(re.escape("{i}"), r"(?P<i>\d+)")
-        out.append((re.compile(rx + "$"), ours))
-    return out
-
-
-_PATTERNS = _compile_patterns()
+_PATTERNS = compile_names(HF_AUDIO_TO_MMPTM)
 
 
 def _mmptm_name(hf_name: str, prenorm: bool) -> str | None:
     if hf_name.startswith("encoder.layer_norm."):
         where = "stack.norm." if prenorm else "pos_norm."
         return _E + where + hf_name.removeprefix("encoder.layer_norm.")
-    for rx, ours in _PATTERNS:
-        m = rx.match(hf_name)
-        if m:
-            return ours.replace("{i}", m.group("i")) if "i" in rx.groupindex else ours
-    return None
-
-
-def _require(cfg: Mapping[str, Any], key: str) -> Any:
-    if key not in cfg:
-        raise ValueError(f"HF config lacks {key!r}")
-    return cfg[key]
+    return map_name(_PATTERNS, hf_name)
 
 
 def _check_config(hf_config: Mapping[str, Any]) -> None:
@@ -153,15 +140,15 @@ def _check_config(hf_config: Mapping[str, Any]) -> None:
     for key, what in unsupported.items():
         if hf_config.get(key):
             raise ValueError(f"{key}={hf_config[key]!r} ({what}) is not supported")
-    dims = list(_require(hf_config, "conv_dim"))
+    dims = list(require(hf_config, "conv_dim"))
     if len(set(dims)) != 1:
         raise ValueError(
             f"conv_dim {dims} is not uniform: the audio_waveform encoder has one conv_dim for "
             "all its conv layers"
         )
     kernels, strides = (
-        list(_require(hf_config, "conv_kernel")),
-        list(_require(hf_config, "conv_stride")),
+        list(require(hf_config, "conv_kernel")),
+        list(require(hf_config, "conv_stride")),
     )
     if not len(dims) == len(kernels) == len(strides):
         raise ValueError(
@@ -179,8 +166,8 @@ def wav2vec2_model_config(
 ) -> ModelConfig:
     """The mmptm ``ModelConfig`` equivalent to an HF wav2vec 2.0 / HuBERT ``config.json``."""
     _check_config(hf_config)
-    width = int(_require(hf_config, "hidden_size"))
-    inter = int(_require(hf_config, "intermediate_size"))
+    width = int(require(hf_config, "hidden_size"))
+    inter = int(require(hf_config, "intermediate_size"))
     mlp_ratio = inter / width
     if int(width * mlp_ratio) != inter:
         raise ValueError(f"intermediate_size {inter} is not reachable as width * mlp_ratio")
@@ -194,8 +181,8 @@ def wav2vec2_model_config(
         "conv_bias": bool(hf_config.get("conv_bias", False)),
         "feature_norm": hf_config.get("feat_extract_norm", "group"),
         "projection_norm": projection_norm,
-        "layers": int(_require(hf_config, "num_hidden_layers")),
-        "heads": int(_require(hf_config, "num_attention_heads")),
+        "layers": int(require(hf_config, "num_hidden_layers")),
+        "heads": int(require(hf_config, "num_attention_heads")),
         "mlp_ratio": mlp_ratio,
         "prenorm": bool(hf_config.get("do_stable_layer_norm", False)),
         "layer_norm_eps": float(hf_config.get("layer_norm_eps", 1e-5)),

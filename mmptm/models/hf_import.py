@@ -87,23 +87,29 @@ _PREFIX = "roberta."
 # The one post-LN LayerNorm eps mmptm's MLM head uses (nn.LayerNorm default).
 
 
-def _compile_patterns() -> list[tuple[re.Pattern[str], str]]:
+def compile_names(table: Mapping[str, str]) -> list[tuple[re.Pattern[str], str]]:
+    """A name table (HF → mmptm, ``{i}`` a layer index) as (regex, mmptm name) pairs."""
     out = []
-    for hf, ours in HF_TO_MMPTM.items():
+    for hf, ours in table.items():
         rx = re.escape(hf).replace(re.escape("{i}"), r"(?P<i>\d+)")
         out.append((re.compile(rx + "$"), ours))
     return out
 
 
-_PATTERNS = _compile_patterns()
-
-
-def _mmptm_name(hf_name: str) -> str | None:
-    for rx, ours in _PATTERNS:
+def map_name(patterns: list[tuple[re.Pattern[str], str]], hf_name: str) -> str | None:
+    """The mmptm name of ``hf_name`` by the first matching pattern, or None."""
+    for rx, ours in patterns:
         m = rx.match(hf_name)
         if m:
             return ours.replace("{i}", m.group("i")) if "i" in rx.groupindex else ours
     return None
+
+
+_PATTERNS = compile_names(HF_TO_MMPTM)
+
+
+def _mmptm_name(hf_name: str) -> str | None:
+    return map_name(_PATTERNS, hf_name)
 
 
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -112,7 +118,8 @@ def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k.removeprefix(_PREFIX): v for k, v in state.items()}
 
 
-def _require(cfg: Mapping[str, Any], key: str) -> Any:
+def require(cfg: Mapping[str, Any], key: str) -> Any:
+    """``cfg[key]``, or one error naming the missing HF config key."""
     if key not in cfg:
         raise ValueError(f"HF config lacks {key!r}")
     return cfg[key]
@@ -136,8 +143,8 @@ def _check_config(hf_config: Mapping[str, Any]) -> None:
 def xlmr_model_config(hf_config: Mapping[str, Any], *, pooler: bool, mlm: bool) -> ModelConfig:
     """The mmptm ``ModelConfig`` equivalent to an HF XLM-R ``config.json`` dict."""
     _check_config(hf_config)
-    width = int(_require(hf_config, "hidden_size"))
-    inter = int(_require(hf_config, "intermediate_size"))
+    width = int(require(hf_config, "hidden_size"))
+    inter = int(require(hf_config, "intermediate_size"))
     mlp_ratio = inter / width
     if int(width * mlp_ratio) != inter:
         raise ValueError(f"intermediate_size {inter} is not reachable as width * mlp_ratio")
@@ -145,7 +152,7 @@ def xlmr_model_config(hf_config: Mapping[str, Any], *, pooler: bool, mlm: bool) 
     hidden_drop = float(hf_config.get("hidden_dropout_prob", 0.1))
     text = {
         "type": "text",
-        "max_positions": int(_require(hf_config, "max_position_embeddings")),
+        "max_positions": int(require(hf_config, "max_position_embeddings")),
         "segments": int(hf_config.get("type_vocab_size", 1)),
         "language_embeddings": False,
         "dropout": hidden_drop,
@@ -153,8 +160,8 @@ def xlmr_model_config(hf_config: Mapping[str, Any], *, pooler: bool, mlm: bool) 
         "position_offset": int(hf_config.get("pad_token_id", 1)) + 1,
     }
     transformer = {
-        "layers": int(_require(hf_config, "num_hidden_layers")),
-        "heads": int(_require(hf_config, "num_attention_heads")),
+        "layers": int(require(hf_config, "num_hidden_layers")),
+        "heads": int(require(hf_config, "num_attention_heads")),
         "mlp_ratio": mlp_ratio,
         "dropout": hidden_drop,
         "attn_dropout": float(hf_config.get("attention_probs_dropout_prob", 0.1)),
@@ -174,7 +181,7 @@ def xlmr_model_config(hf_config: Mapping[str, Any], *, pooler: bool, mlm: bool) 
 
 def _vocab_info(hf_config: Mapping[str, Any]) -> VocabInfo:
     # The fairseq scheme's fixed specials; mask is the last id.
-    vocab = int(_require(hf_config, "vocab_size"))
+    vocab = int(require(hf_config, "vocab_size"))
     return VocabInfo(
         vocab_size=vocab,
         pad_id=int(hf_config.get("pad_token_id", 1)),
@@ -295,7 +302,7 @@ def import_xlmr(
     _check_config(hf_config)  # before reading gigabytes of weights
     tokenizer = Tokenizer.from_xlmr(spm_path)
     vocab = VocabInfo.from_tokenizer(tokenizer)
-    if vocab.vocab_size != _require(hf_config, "vocab_size"):
+    if vocab.vocab_size != require(hf_config, "vocab_size"):
         raise ValueError(
             f"{spm_path.name} gives {vocab.vocab_size} ids but config.json has vocab_size "
             f"{hf_config['vocab_size']}"
