@@ -40,7 +40,7 @@ from mmptm.modalities.base import Need, view_prefix
 from mmptm.modalities.features import load_codebook, nearest
 from mmptm.objectives.audio_units import Featurizer, MfccFeaturizer, TeacherFeaturizer
 from mmptm.objectives.base import Objective
-from mmptm.objectives.masking import MaskSpans, span_masking
+from mmptm.objectives.masking import MaskSpans, audio_encoder, span_masking
 from mmptm.registry import OBJECTIVES
 
 IGNORE = -100
@@ -115,9 +115,7 @@ class Hubert(Objective):
         **_: object,
     ) -> None:  # fmt: skip
         super().__init__()
-        enc = encoders[cfg.modality] if cfg.modality in encoders else None  # noqa: SIM401
-        if enc is None or enc.modality != "audio":
-            raise ValueError(f"hubert.modality={cfg.modality!r} is not an audio encoder here")
+        audio_encoder(encoders, cfg.modality, "hubert.modality")
         if cfg.logit_temperature <= 0 or min(cfg.pred_masked_weight, cfg.pred_nomask_weight) < 0:
             raise ValueError("hubert: logit_temperature must be > 0 and the weights >= 0")
         if not cfg.codebook:

@@ -44,7 +44,7 @@ from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import view_prefix
 from mmptm.objectives.base import Objective, encoder_target_dim
-from mmptm.objectives.masking import select_positions, select_spans
+from mmptm.objectives.masking import audio_encoder, select_positions, select_spans
 from mmptm.registry import OBJECTIVES
 
 #: per ``plugin``: the view's modality, its real-steps key and the masked-steps key written
@@ -150,8 +150,7 @@ class MaskedFrames(Objective):
         modality = KEYS[cfg.plugin][0]
         where = f"masked_frames.modality={cfg.modality!r}"
         if cfg.plugin == "audio":
-            if enc is None or enc.modality != "audio":
-                raise ValueError(f"{where} is not an audio encoder of this model")
+            enc = audio_encoder(encoders, cfg.modality, "masked_frames.modality")
             feature_dim = encoder_target_dim(enc, cfg.target_dim, where)
         else:
             feature_dim = int(cfg.target_dim or getattr(enc, "target_dim", 0)

@@ -7,7 +7,7 @@ Legend: B batch, N positions (tokens or regions), T steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -122,6 +122,14 @@ class MaskSpans:
             batch[key], self.mask_prob, self.mask_length, self.min_masks, g
         )
         return batch
+
+
+def audio_encoder(encoders: Any, view: str, where: str) -> Any:
+    """The model's audio encoder named ``view``; one error naming ``where`` otherwise."""
+    enc = encoders[view] if view in encoders else None  # noqa: SIM401 (a ModuleDict)
+    if enc is None or enc.modality != "audio":
+        raise ValueError(f"{where}={view!r} is not an audio encoder of this model")
+    return enc
 
 
 def span_masking(where: str, prefix: str, mask_prob: float, mask_length: int,

@@ -52,7 +52,7 @@ from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import view_prefix
 from mmptm.objectives.base import Objective, encoder_target_dim
-from mmptm.objectives.masking import MaskSpans, span_masking
+from mmptm.objectives.masking import MaskSpans, audio_encoder, span_masking
 from mmptm.registry import OBJECTIVES
 
 
@@ -191,11 +191,7 @@ class Wav2Vec2(Objective):
 
     def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:
         super().__init__()
-        enc = encoders[cfg.modality] if cfg.modality in encoders else None  # noqa: SIM401
-        if enc is None or enc.modality != "audio":
-            raise ValueError(
-                f"wav2vec2.modality={cfg.modality!r} is not an audio encoder of this model"
-            )
+        enc = audio_encoder(encoders, cfg.modality, "wav2vec2.modality")
         if cfg.negatives < 1 or cfg.logit_temperature <= 0:
             raise ValueError("wav2vec2: negatives must be >= 1 and logit_temperature > 0")
         if not 0 < cfg.min_temperature <= cfg.max_temperature or not 0 < cfg.temperature_decay <= 1:
