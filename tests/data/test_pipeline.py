@@ -368,6 +368,42 @@ def test_loader_resumes_at_the_same_data_position(tiny_world, tiny_tokenizer, wo
         torch.testing.assert_close(a["pixels"], b["pixels"])
 
 
+def test_next_epoch_starts_early_and_changes_no_batch(tiny_world, tiny_tokenizer):
+    """The next epoch's workers start while the current epoch still has batches to give
+    (no start-up stall at the boundary), and the batches are those of a loader without."""
+    urls = expand_shards(str(tiny_world / "image_text" / "train-*.tar"))  # 6 shards x 16
+    sc = _stream(urls, tiny_tokenizer, batch_size=16, shuffle_buffer=10)
+    sc = replace(sc, transforms=_mlm_transforms(tiny_tokenizer))
+    per_epoch = 6
+    runs = {}
+    for prestart in (True, False):
+        loader = Loader(sc, 2)
+        loader.prestart = prestart
+        opened: list[tuple[int, int]] = []  # (epoch opened, batches given so far)
+        taken: list[dict] = []
+        real_open = loader._open_epoch
+
+        def spy(epoch, skip, real_open=real_open, opened=opened, taken=taken):
+            opened.append((epoch, len(taken)))
+            return real_open(epoch, skip)
+
+        loader._open_epoch = spy
+        it = iter(loader)
+        for _ in range(3 * per_epoch):
+            taken.append(next(it))
+        runs[prestart] = (opened, taken)
+    opened, early = runs[True]
+    # epoch e+1 is opened after the first batch of epoch e, long before its last
+    assert [e for e, _ in opened] == [0, 1, 2, 3]
+    assert all(given < (e * per_epoch) for e, given in opened[1:])
+    assert [given for _, given in runs[False][0]] == [0, 6, 12]  # opened at the boundary
+    late = runs[False][1]
+    for a, b in zip(early, late, strict=True):
+        assert a["__key__"] == b["__key__"]
+        torch.testing.assert_close(a["input_ids"], b["input_ids"])
+        torch.testing.assert_close(a["mlm_labels"], b["mlm_labels"])
+
+
 def test_resume_with_other_worker_count_mid_epoch_is_refused(tiny_world, tiny_tokenizer):
     urls = expand_shards(str(tiny_world / "image_text" / "train-*.tar"))
     sc = _stream(urls, tiny_tokenizer, batch_size=12)
