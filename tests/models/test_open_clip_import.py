@@ -176,7 +176,7 @@ def test_run_directory_is_a_normal_run(imported, tmp_path: Path):
     torch.testing.assert_close(
         torch.tensor(needs["std"]), torch.tensor(open_clip.OPENAI_DATASET_STD)
     )
-    assert float(ck.model["objectives.contrastive.logit_scale"]) == float(oc.logit_scale)
+    assert float(ck.model["objectives.contrastive.logit_scale"]) == oc.logit_scale.detach().item()
 
     # `init:` from the import: the architecture, tokenizer and weights come along
     recipe = RunConfig(output_dir=str(tmp_path / "ft"), init=str(run))
@@ -345,3 +345,30 @@ def test_file_errors_are_named(imported, tmp_path: Path, capsys):
     assert "vocab.txt.gz: not a gzipped" in line
     with pytest.raises(ValueError, match="not valid json"):
         import_open_clip(jit, "x", tmp_path / "r", config=vocab)
+
+
+def test_finetune_from_the_import(imported, tmp_path: Path):
+    """``mmptm finetune`` with ``init=`` the imported run: it trains (weights move, the loss
+    is finite) and starts from the imported weights (the logit scale comes along)."""
+    oc, run, _ = imported["tiny-vit-quickgelu"]
+    spec, _, _ = write_shards(tmp_path)
+    out = tmp_path / "ft"
+    recipe = {
+        "init": str(run),
+        "output_dir": str(out),
+        "data": {"train": spec, "batch_size": 3, "num_workers": 0, "shuffle_buffer": 0},
+        "model": {"objectives": {"contrastive": {"type": "contrastive", "embed_dim": 24}}},
+        "train": {"max_steps": 2, "lr": 1e-3, "warmup_steps": 0, "log_every": 1,
+                  "ckpt_every": 2, "progress": False},
+    }  # fmt: skip
+    path = tmp_path / "ft.yaml"
+    path.write_text(json.dumps(recipe))  # json is yaml
+    assert main(["finetune", str(path)]) == 0
+    start = checkpoint.read(run).model
+    tuned = checkpoint.read(out).model
+    assert tuned.keys() == start.keys()
+    moved = [k for k in start if not torch.equal(start[k], tuned[k])]
+    assert "fusion.towers.text.blocks.0.attn.q.weight" in moved
+    assert "encoders.image.backbone.blocks.0.attn.qkv.weight" in moved
+    scale = tuned["objectives.contrastive.logit_scale"]
+    assert abs(float(scale) - oc.logit_scale.detach().item()) < 0.01  # imported, then two small steps
