@@ -43,7 +43,7 @@ from mmptm.data.clip_tokenizer import ClipTokenizer
 from mmptm.data.pipeline import DataConfig
 from mmptm.encoders.backbone import load_state_dict_file
 from mmptm.encoders.base import VocabInfo
-from mmptm.modalities.image import RESIZE_MODES, ImageData
+from mmptm.modalities.image import RESAMPLE, RESIZE_MODES, ImageData
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import compile_names, fit_state, map_name
@@ -508,6 +508,11 @@ def import_open_clip(
         "text": TextData.Config(max_len=cfg.encoders["text"].max_positions)
     }
     if "interpolation" in preprocess:
+        if preprocess["interpolation"] not in RESAMPLE:
+            raise ValueError(
+                f"open_clip preprocess_cfg.interpolation={preprocess['interpolation']!r} is "
+                f"unsupported (only {sorted(RESAMPLE)})"
+            )
         modalities["image"] = ImageData.Config(interpolation=preprocess["interpolation"])
     data = DataConfig(tokenizer=str(tok_path), modalities=modalities)
     run = RunConfig(output_dir=str(out_dir.resolve()), data=data, model=cfg)

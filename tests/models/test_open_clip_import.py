@@ -371,4 +371,37 @@ def test_finetune_from_the_import(imported, tmp_path: Path):
     assert "fusion.towers.text.blocks.0.attn.q.weight" in moved
     assert "encoders.image.backbone.blocks.0.attn.qkv.weight" in moved
     scale = tuned["objectives.contrastive.logit_scale"]
-    assert abs(float(scale) - oc.logit_scale.detach().item()) < 0.01  # imported, then two small steps
+    assert abs(float(scale) - oc.logit_scale.detach().item()) < 0.01  # imported, 2 small steps
+
+
+def test_hub_config_with_its_preprocessing(imported, tmp_path: Path):
+    """An HF hub ``open_clip_config.json`` (``model_cfg`` + ``preprocess_cfg``): its mean,
+    std, interpolation and resize mode reach the image plug-in, whose pixels then equal
+    open_clip's transform built from the same settings."""
+    from mmptm.data.pipeline import single_pass, stream_config
+
+    oc, _, _ = imported["tiny-vit"]
+    pre = {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "interpolation": "bilinear",
+           "resize_mode": "squash"}  # fmt: skip
+    hub = tmp_path / "open_clip_config.json"
+    hub.write_text(json.dumps({"model_cfg": TINY["tiny-vit"], "preprocess_cfg": pre}))
+    torch.save(oc.state_dict(), tmp_path / "model.pt")
+    import_open_clip(tmp_path / "model.pt", "tiny-vit", tmp_path / "run", config=hub)
+    model, tokenizer, cfg = load_pretrained(str(tmp_path / "run"))
+    spec, pngs, _ = write_shards(tmp_path)
+    stream = stream_config(
+        cfg.data, tokenizer, split="test", shards=spec, needs=model.data_needs(), seed=0
+    )
+    batch = next(iter(single_pass(stream)))
+    preprocess = open_clip.image_transform(
+        32, is_train=False, mean=pre["mean"], std=pre["std"], resize_mode="squash",
+        interpolation="bilinear",
+    )  # fmt: skip
+    want = torch.stack([preprocess(Image.open(io.BytesIO(pngs[int(k)]))) for k in batch["__key__"]])
+    assert (batch["pixels"] - want).abs().max().item() <= 1e-6
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps({"model_cfg": TINY["tiny-vit"], "preprocess_cfg": {"resize_mode": "longest"}})
+    )
+    with pytest.raises(ValueError, match="resize_mode='longest' is unsupported"):
+        import_open_clip(tmp_path / "model.pt", "tiny-vit", tmp_path / "run2", config=bad)
