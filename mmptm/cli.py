@@ -156,6 +156,16 @@ def _import_wav2vec2(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_open_clip(args: argparse.Namespace) -> int:
+    from mmptm.models.open_clip_import import import_open_clip
+
+    path = import_open_clip(
+        args.checkpoint, args.model, args.out, config=args.config, vocab=args.vocab
+    )
+    print(f"imported {args.checkpoint} ({args.model}) → {path} (use {args.out} as a run)")
+    return 0
+
+
 def _tokenizer_train(args: argparse.Namespace) -> int:
     from mmptm.data.tokenizer import train_tokenizer
 
@@ -498,6 +508,13 @@ def build_parser() -> argparse.ArgumentParser:
     iw.add_argument("--out", required=True, help="writes an mmptm run directory here")
     iw.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
     iw.set_defaults(fn=_import_wav2vec2)
+    io = im_sub.add_parser("open_clip", help="an OpenCLIP checkpoint (ViT / ResNet CLIP)")
+    io.add_argument("checkpoint", help=".pt / .bin / .safetensors state dict")
+    io.add_argument("--model", required=True, help="open_clip model config name, e.g. ViT-B-32")
+    io.add_argument("--out", required=True, help="writes an mmptm run directory here")
+    io.add_argument("--config", default=None, help="the model config json (default: open_clip's)")
+    io.add_argument("--vocab", default=None, help="CLIP BPE merges (default: open_clip's)")
+    io.set_defaults(fn=_import_open_clip)
 
     tok = sub.add_parser("tokenizer", help="multilingual sentencepiece tokenizers")
     tok_sub = tok.add_subparsers(dest="action", required=True)

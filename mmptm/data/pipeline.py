@@ -62,7 +62,8 @@ class DataConfig:
     train: str = ""
     val: str = ""
     test: str = ""
-    #: sentencepiece ``.model`` file (``mmptm tokenizer train`` writes one)
+    #: sentencepiece ``.model`` file (``mmptm tokenizer train`` writes one), or CLIP's BPE
+    #: merges ``.txt.gz`` (``mmptm import open_clip`` copies one into the run)
     tokenizer: str = ""
     batch_size: int = bounded(32, ge=1)
     num_workers: int = bounded(0, ge=0)

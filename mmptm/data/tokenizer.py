@@ -4,6 +4,8 @@
 shards; ``Tokenizer`` wraps any sentencepiece ``.model`` file with the special tokens the
 pre-training objectives need ([PAD], [UNK], [CLS], [SEP], [MASK] and one tag per language).
 With ``id_scheme="fairseq"`` it reproduces the ids of XLM-R checkpoints (see ``Tokenizer``).
+``load_tokenizer`` reads ``data.tokenizer``: a sentencepiece model, or CLIP's BPE merges
+(``.txt.gz``, :class:`~mmptm.data.clip_tokenizer.ClipTokenizer`) for imported OpenCLIP runs.
 """
 
 from __future__ import annotations
@@ -17,14 +19,24 @@ import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sentencepiece as spm
 
 from mmptm.data.shards import SkipCounter, tar_samples
 from mmptm.modalities.sentences import sample_texts
 
-__all__ = ["ID_SCHEMES", "SPECIALS", "Tokenizer", "lang_tag", "train_tokenizer"]
+if TYPE_CHECKING:
+    from mmptm.data.clip_tokenizer import ClipTokenizer
+
+__all__ = [
+    "ID_SCHEMES",
+    "SPECIALS",
+    "Tokenizer",
+    "lang_tag",
+    "load_tokenizer",
+    "train_tokenizer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -465,6 +477,21 @@ class Tokenizer:
         input_ids = [self.cls_id, *a, self.sep_id, *b, self.sep_id]
         segment_ids = [0] * (len(a) + 2) + [1] * (len(b) + 1)
         return input_ids, segment_ids
+
+
+#: ``data.tokenizer`` file names read as CLIP BPE merges rather than sentencepiece models
+CLIP_BPE_SUFFIX = ".txt.gz"
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer | ClipTokenizer:
+    """The tokenizer ``data.tokenizer`` names, by file type: CLIP's BPE merges
+    (``*.txt.gz``, a :class:`~mmptm.data.clip_tokenizer.ClipTokenizer`) or else a
+    sentencepiece model (:meth:`Tokenizer.load`)."""
+    if str(path).endswith(CLIP_BPE_SUFFIX):
+        from mmptm.data.clip_tokenizer import ClipTokenizer  # ftfy and regex only when used
+
+        return ClipTokenizer.load(path)
+    return Tokenizer.load(path)
 
 
 def _byte_to_char(text: str) -> list[int]:

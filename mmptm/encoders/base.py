@@ -34,6 +34,7 @@ class VocabInfo:
 
     vocab_size: int
     pad_id: int = 0
+    #: -1: the tokenizer has no mask token (CLIP's BPE), so no masked language modelling
     mask_id: int = 4
     cls_id: int = 2
     sep_id: int = 3
@@ -41,6 +42,9 @@ class VocabInfo:
     languages: tuple[str, ...] = ()
     #: text ids that begin a word (whole-word masking); empty when the tokenizer has no marks
     word_starts: frozenset[int] = field(default_factory=frozenset)
+    #: padding reuses a text piece's id (CLIP's BPE pads with 0, the piece "!"), so its
+    #: embedding row is no padding row: it keeps learning
+    pad_is_text: bool = False
 
     @classmethod
     def from_tokenizer(cls, tok) -> VocabInfo:
@@ -53,6 +57,7 @@ class VocabInfo:
             special_ids=frozenset(tok.special_ids),
             languages=tuple(tok.languages),
             word_starts=tok.word_start_ids,
+            pad_is_text=tok.pad_id not in tok.special_ids,
         )
 
 

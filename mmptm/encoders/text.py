@@ -1,5 +1,8 @@
 """Text embeddings: word + position + segment (+ language), LayerNorm, dropout.
 
+Each part but the word and position embeddings can be switched off (``segments: 0``,
+``norm: false``): CLIP's text tower sums word and position embeddings and nothing else.
+
 Contextualisation happens in the fusion module, so one text encoder serves single-stream,
 two-stream and dual models alike. Batch keys:
 ``input_ids [B,L]``, ``attention_mask [B,L]``, and optional ``position_ids``,
@@ -34,6 +37,8 @@ class TextEncoder(Encoder):
         #: add a learned per-language embedding (XLM); needs ``lang_ids`` in the batch
         language_embeddings: bool = False
         dropout: float = 0.1
+        #: LayerNorm over the summed embeddings (BERT); false = the sum as it is (CLIP)
+        norm: bool = True
         layer_norm_eps: float = 1e-12
         #: added to every position id (XLM-R/RoBERTa count positions from padding_idx + 1 = 2)
         position_offset: int = 0
@@ -66,7 +71,8 @@ class TextEncoder(Encoder):
             self.drop = nn.Dropout(cfg.dropout)
             self.cfg = source.cfg  # same shapes; keeps max_positions checks consistent
             return
-        self.word = nn.Embedding(vocab.vocab_size, width, padding_idx=vocab.pad_id)
+        pad = None if vocab.pad_is_text else vocab.pad_id  # a text piece keeps learning
+        self.word = nn.Embedding(vocab.vocab_size, width, padding_idx=pad)
         self.position = nn.Embedding(cfg.max_positions, width)
         self.segment = nn.Embedding(cfg.segments, width) if cfg.segments > 0 else None
         self.language: nn.Embedding | None = None
@@ -74,7 +80,7 @@ class TextEncoder(Encoder):
             if not vocab.languages:
                 raise ValueError("language_embeddings=true but the tokenizer lists no languages")
             self.language = nn.Embedding(len(vocab.languages), width)
-        self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps) if cfg.norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         init_weights(self)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -56,6 +57,10 @@ class Fusion(nn.Module):
     ``FusionOutput.repair`` fuses re-indexed rows again (hard negatives).
     """
 
+    #: whether the modalities may come at widths of their own (``model.widths``): only a
+    #: fusion without cross-modal layers, whose towers never mix the streams
+    per_view_widths: ClassVar[bool] = False
+
     def data_needs(self) -> dict[str, Need]:
         """Data this module reads besides the encoders' tokens (default: none)."""
         return {}
@@ -66,11 +71,20 @@ class Fusion(nn.Module):
         raise NotImplementedError
 
 
+#: the ways :func:`pool` reduces a token sequence to one vector
+POOLINGS = ("first", "mean", "last")
+
+
 def pool(x_BND: torch.Tensor, mask_BN: torch.Tensor, how: str) -> torch.Tensor:
-    """Pool a token sequence: ``first`` token (CLS) or masked ``mean``."""
+    """Pool a token sequence: ``first`` token (CLS), masked ``mean``, or ``last`` real token
+    (a causal tower's summary: CLIP's text tower pools at its closing end-of-text token)."""
     if how == "first":
         return x_BND[:, 0]
     if how == "mean":
         m_BN1 = mask_BN.unsqueeze(-1).to(x_BND.dtype)
         return (x_BND * m_BN1).sum(1) / m_BN1.sum(1).clamp_min(1.0)
-    raise ValueError(f"unknown pooling {how!r}; choices: first, mean")
+    if how == "last":
+        N = mask_BN.shape[1]
+        last_B = N - 1 - mask_BN.flip(1).int().argmax(1)  # the last True of each row
+        return x_BND[torch.arange(len(x_BND), device=x_BND.device), last_B]
+    raise ValueError(f"unknown pooling {how!r}; choices: {', '.join(POOLINGS)}")

@@ -18,11 +18,18 @@ def key_padding_mask(mask_BK: torch.Tensor | None) -> torch.Tensor | None:
     return mask_BK[:, None, None, :].bool()
 
 
+def causal_mask(Q: int, K: int, device: torch.device) -> torch.Tensor:
+    """[Q,K] boolean mask letting query i see keys 0..i (self-attention, Q == K)."""
+    return torch.ones(Q, K, dtype=torch.bool, device=device).tril()
+
+
 class Attention(nn.Module):
     """Multi-head attention backed by ``F.scaled_dot_product_attention``.
 
     Self-attention when ``x_BKD`` is None, cross-attention otherwise. ``kv_width`` lets the
-    keys/values come from a stream of another width (ViLBERT co-attention).
+    keys/values come from a stream of another width (ViLBERT co-attention). ``causal``
+    self-attention lets each token see only itself and earlier tokens (CLIP's text tower),
+    on top of the key-padding mask.
     """
 
     def __init__(
@@ -32,12 +39,16 @@ class Attention(nn.Module):
         dropout: float = 0.0,
         kv_width: int | None = None,
         bias: bool = True,
+        causal: bool = False,
     ) -> None:
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not divisible by heads {heads}")
+        if causal and kv_width is not None:
+            raise ValueError("causal attention is self-attention: it takes no kv_width")
         self.heads = heads
         self.dropout = dropout
+        self.causal = causal
         kv_width = kv_width or width
         self.q = nn.Linear(width, width, bias=bias)
         self.k = nn.Linear(kv_width, width, bias=bias)
@@ -48,6 +59,14 @@ class Attention(nn.Module):
         """Project and split into heads: [B,N,*] → [B,H,N,E]."""
         B, N = x_BND.shape[:2]
         return proj(x_BND).view(B, N, self.heads, -1).transpose(1, 2)
+
+    def _mask(self, mask_BK: torch.Tensor | None, Q: int, K: int, device) -> torch.Tensor | None:
+        """The boolean mask [B,1,Q,K] (or [B,1,1,K], [Q,K]) of allowed query-key pairs."""
+        mask = key_padding_mask(mask_BK)
+        if not self.causal:
+            return mask
+        tril_QK = causal_mask(Q, K, device)
+        return tril_QK if mask is None else mask & tril_QK
 
     def weights(
         self,
@@ -63,7 +82,7 @@ class Attention(nn.Module):
         kv_BKD = x_BQD if x_BKD is None else x_BKD
         q_BHQE, k_BHKE = self._heads(self.q, x_BQD), self._heads(self.k, kv_BKD)
         scores_BHQK = q_BHQE @ k_BHKE.transpose(-1, -2) / q_BHQE.shape[-1] ** 0.5
-        mask = key_padding_mask(mask_BK)
+        mask = self._mask(mask_BK, q_BHQE.shape[2], k_BHKE.shape[2], x_BQD.device)
         if mask is not None:
             scores_BHQK = scores_BHQK.masked_fill(~mask, float("-inf"))
         return scores_BHQK.softmax(-1)
@@ -75,13 +94,18 @@ class Attention(nn.Module):
         mask_BK: torch.Tensor | None = None,
     ) -> torch.Tensor:
         kv_BKD = x_BQD if x_BKD is None else x_BKD
+        if self.causal and x_BKD is not None:
+            raise ValueError("causal attention is self-attention: pass no x_BKD")
         B, Q, D = x_BQD.shape
+        # Causal without padding: SDPA's own flag, which lets it pick a fused causal kernel.
+        flag = self.causal and mask_BK is None
         o_BHQE = F.scaled_dot_product_attention(
             self._heads(self.q, x_BQD),
             self._heads(self.k, kv_BKD),
             self._heads(self.v, kv_BKD),
-            attn_mask=key_padding_mask(mask_BK),
+            attn_mask=None if flag else self._mask(mask_BK, Q, kv_BKD.shape[1], x_BQD.device),
             dropout_p=self.dropout if self.training else 0.0,
+            is_causal=flag,
         )
         o_BQD = o_BHQE.transpose(1, 2).reshape(B, Q, D)  # merge heads
         return self.out(o_BQD)

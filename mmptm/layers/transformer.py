@@ -24,6 +24,21 @@ class TransformerConfig:
     attn_dropout: float = 0.1
     prenorm: bool = True
     layer_norm_eps: float = 1e-12
+    #: self-attention sees only earlier tokens (CLIP's text tower, pooled at its last token)
+    causal: bool = False
+    #: the MLP's activation: gelu (exact erf form) | quick_gelu (x·σ(1.702x), OpenAI CLIP)
+    activation: str = "gelu"
+
+
+class QuickGELU(nn.Module):
+    """x·σ(1.702x): the GELU approximation OpenAI's CLIP models were trained with."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+#: ``TransformerConfig.activation`` → the MLP's activation module
+ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "quick_gelu": QuickGELU}
 
 
 #: what a TransformerBlock can run, each as one residual sublayer with its own LayerNorm
@@ -54,6 +69,11 @@ class TransformerBlock(nn.Module):
             raise ValueError(
                 f"sublayers must name each of {SUBLAYERS} at most once, got {sublayers}"
             )
+        if cfg.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"transformer activation {cfg.activation!r} is unknown; choices: "
+                f"{sorted(ACTIVATIONS)}"
+            )
         if ("cross" in sublayers) != (cross_width is not None):
             raise ValueError(
                 f"a cross sublayer needs cross_width and cross_width a cross sublayer; got "
@@ -66,7 +86,7 @@ class TransformerBlock(nn.Module):
         # thus seeded runs of existing models) do not depend on ``sublayers``.
         self.attn: Attention | None = None
         if "self" in sublayers:
-            self.attn = Attention(width, cfg.heads, cfg.attn_dropout)
+            self.attn = Attention(width, cfg.heads, cfg.attn_dropout, causal=cfg.causal)
             self.norm1 = nn.LayerNorm(width, eps=eps)
         self.cross: Attention | None = None
         if cross_width is not None:
@@ -75,7 +95,8 @@ class TransformerBlock(nn.Module):
         self.mlp: nn.Sequential | None = None
         if "mlp" in sublayers:
             hidden = int(width * cfg.mlp_ratio)
-            self.mlp = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
+            act = ACTIVATIONS[cfg.activation]()
+            self.mlp = nn.Sequential(nn.Linear(width, hidden), act, nn.Linear(hidden, width))
             self.norm2 = nn.LayerNorm(width, eps=eps)
         self.drop = nn.Dropout(cfg.dropout)
 

@@ -1,7 +1,9 @@
 """The image plug-in: a ``jpg``/``png``/``webp`` member → normalised ``pixels [B,3,H,W]``.
 
 Size, mean and std are facts the image encoder declares (timm's ``resolve_data_config``), so
-a recipe states them once, on the encoder. Training may add a random resized crop
+a recipe states them once, on the encoder. An image is fitted to the square input whole
+(``resize_mode: squash``) or, as open_clip and torchvision's evaluation transforms do, by its
+shorter side and then centre-cropped (``shortest``). Training may add a random resized crop
 (``crop_scale``), drawn from the sample's seeded generator.
 """
 
@@ -23,6 +25,8 @@ from mmptm.registry import MODALITIES
 
 #: PIL filter by ``interpolation`` setting (the image and video plug-ins)
 RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+#: how an image is fitted to the square input
+RESIZE_MODES = ("squash", "shortest")
 
 
 @MODALITIES.register("image")
@@ -41,6 +45,10 @@ class ImageData(Modality):
         mean: list[float] = field(default_factory=list)
         std: list[float] = field(default_factory=list)
         interpolation: str = "bicubic"
+        #: squash (the whole image to size × size) | shortest (the shorter side to size, then
+        #: the centre size × size: open_clip's evaluation transform); declared by encoders
+        #: whose weights expect one
+        resize_mode: str = "squash"
         #: training only: a random crop of this fraction range of the area (aspect ratio
         #: 3/4..4/3), resized back to ``size``; [1, 1] = no crop
         crop_scale: list[float] = field(default_factory=lambda: [1.0, 1.0])
@@ -49,6 +57,8 @@ class ImageData(Modality):
         super().__init__(cfg, views=views, context=context)
         where = "data.modalities.image"
         check_pixel_settings(cfg, where, "image")
+        if cfg.resize_mode not in RESIZE_MODES:
+            raise ValueError(f"{where}.resize_mode must be one of {RESIZE_MODES}")
         self.cropping = cfg.crop_scale[0] < 1.0
         boxes = [v for v, need in context.needs.items() if need.modality == "regions"]
         if self.cropping and boxes:  # region boxes are relative to the whole image
@@ -63,9 +73,7 @@ class ImageData(Modality):
         size = self.cfg.size
         with Image.open(io.BytesIO(sample[ext])) as img:
             img.load()  # decode now, so a truncated file fails here
-            img = img.convert("RGB")
-            if img.size != (size, size):
-                img = img.resize((size, size), RESAMPLE[self.cfg.interpolation])
+            img = fit(img.convert("RGB"), size, self.cfg.resize_mode, self.cfg.interpolation)
             x_HWC = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
         x_CHW = normalise(x_HWC.view(size, size, 3), self.mean_C11, self.std_C11)
         return {self.prefix(self.views[0]) + "pixels": x_CHW}
@@ -98,6 +106,22 @@ def check_pixel_settings(cfg: Any, where: str, part: str) -> None:
     scale = cfg.crop_scale
     if len(scale) != 2 or not 0.0 < scale[0] <= scale[1] <= 1.0:
         raise ValueError(f"{where}.crop_scale must be [min, max] in (0, 1], got {scale}")
+
+
+def fit(img: Image.Image, size: int, mode: str, interpolation: str) -> Image.Image:
+    """``img`` as size × size: squashed whole, or (``shortest``) resized by its shorter side
+    and centre-cropped, with torchvision's rounding (``Resize(size)`` + ``CenterCrop(size)``)."""
+    w, h = img.size
+    if mode == "squash":
+        new_w, new_h = size, size
+    else:  # the longer side truncated, as torchvision's _compute_resized_output_size
+        new_w, new_h = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
+    if (w, h) != (new_w, new_h):
+        img = img.resize((new_w, new_h), RESAMPLE[interpolation])
+    if (new_w, new_h) == (size, size):
+        return img
+    top, left = round((new_h - size) / 2.0), round((new_w - size) / 2.0)
+    return img.crop((left, top, left + size, top + size))
 
 
 def normalise(x_NHWC: torch.Tensor, mean_C11: torch.Tensor, std_C11: torch.Tensor) -> torch.Tensor:

@@ -9,17 +9,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from mmptm.data.tokenizer import Tokenizer
+from mmptm.data.tokenizer import Tokenizer, load_tokenizer
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.pretrain import PretrainModel
 from mmptm.models.run import RunConfig
 from mmptm.registry import ENCODERS
+
+if TYPE_CHECKING:
+    from mmptm.data.clip_tokenizer import ClipTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ log = logging.getLogger(__name__)
 NO_TEXT = VocabInfo(vocab_size=0)
 
 
-def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | None]:
+def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | ClipTokenizer | None]:
     """The tokenizer named by the recipe and a freshly initialised model for it.
 
     A model without a text encoder (wav2vec 2.0, an imported speech model) needs no
@@ -43,13 +47,13 @@ def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | None]:
                 "`mmptm tokenizer train`"
             )
         return PretrainModel(cfg.model, NO_TEXT), None
-    tokenizer = Tokenizer.load(cfg.data.tokenizer)
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
     return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
 
 
 def load_pretrained(
     path: str, overrides: Sequence[str] = ()
-) -> tuple[PretrainModel, Tokenizer | None, RunConfig]:
+) -> tuple[PretrainModel, Tokenizer | ClipTokenizer | None, RunConfig]:
     """Model (in eval mode), tokenizer (None without text) and config of a checkpoint file
     or run directory."""
     ckpt = checkpoint.read(path)

@@ -27,6 +27,10 @@ class ModelConfig:
 
     #: the fusion width D every encoder projects to
     width: int = 256
+    #: encoders whose tokens come at a width of their own rather than ``width``, e.g.
+    #: {image: 1024}; only a fusion without cross-modal layers (dual) takes them, each tower
+    #: and each contrastive projection then reading its modality at that width
+    widths: dict[str, int] = field(default_factory=dict)
     encoders: dict[str, Any] = components(ENCODERS)
     fusion: Any = component(FUSIONS, "single_stream")
     objectives: dict[str, Any] = components(OBJECTIVES)
@@ -88,6 +92,23 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     return sorted(transforms, key=lambda t: t.data_priority)
 
 
+def view_widths(cfg: ModelConfig) -> dict[str, int]:
+    """Each encoder's width: ``model.widths`` where it names one, else ``model.width``."""
+    unknown = sorted(set(cfg.widths) - set(cfg.encoders))
+    if unknown:
+        raise ValueError(f"model.widths names {unknown}, not encoders ({sorted(cfg.encoders)})")
+    bad = {n: w for n, w in cfg.widths.items() if not (isinstance(w, int) and w > 0)}
+    if bad:
+        raise ValueError(f"model.widths must be positive integers, got {bad}")
+    own = {n: w for n, w in cfg.widths.items() if w != cfg.width}
+    if own and not FUSIONS.get(cfg.fusion.type).per_view_widths:
+        raise ValueError(
+            f"model.widths {own}: fusion {cfg.fusion.type!r} mixes the modalities, so every "
+            f"encoder must come at model.width={cfg.width} (own widths need fusion: dual)"
+        )
+    return {n: cfg.widths.get(n, cfg.width) for n in cfg.encoders}
+
+
 class PretrainModel(nn.Module):
     """Runs the encoders whose inputs are in the batch, fuses them, applies the objectives."""
 
@@ -96,15 +117,20 @@ class PretrainModel(nn.Module):
         if not cfg.encoders:
             raise ValueError("model.encoders is empty: a model needs at least one encoder")
         self.cfg = cfg
+        widths = view_widths(cfg)
         self.encoders = nn.ModuleDict()
         for name, c in cfg.encoders.items():  # in order: a later encoder may tie to an earlier
             self.encoders[name] = ENCODERS.build(
-                c, width=cfg.width, vocab=vocab, name=name, built=dict(self.encoders)
+                c, width=widths[name], vocab=vocab, name=name, built=dict(self.encoders)
             )
-        self.fusion = FUSIONS.build(cfg.fusion, width=cfg.width, modalities=list(cfg.encoders))
+        self.fusion = FUSIONS.build(
+            cfg.fusion, width=cfg.width, modalities=list(cfg.encoders), widths=widths
+        )
         self.objectives = nn.ModuleDict(
             {
-                name: OBJECTIVES.build(c, width=cfg.width, encoders=self.encoders, vocab=vocab)
+                name: OBJECTIVES.build(
+                    c, width=cfg.width, widths=widths, encoders=self.encoders, vocab=vocab
+                )
                 for name, c in cfg.objectives.items()
             }
         )

@@ -33,12 +33,15 @@ class Classification(Objective):
         pooled: str = "joint"
         dropout: float = 0.1
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
+    def __init__(
+        self, cfg: Config, *, width: int, widths: dict[str, int] | None = None, **_: object
+    ) -> None:
         super().__init__()
         if cfg.num_labels < 2:
             raise ValueError(f"classification.num_labels must be >= 2, got {cfg.num_labels}")
         self.cfg = cfg
-        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(width, cfg.num_labels))
+        in_width = (widths or {}).get(cfg.pooled, width)  # a dual tower of its own width
+        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(in_width, cfg.num_labels))
         init_weights(self)
 
     def data_needs(self) -> dict[str, Need]:

@@ -161,7 +161,9 @@ class Contrastive(Objective):
             )
         return TimeReversed(list(cfg.time_reversed_keys), cfg.time_reversed_prob)
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
+    def __init__(
+        self, cfg: Config, *, width: int, widths: dict[str, int] | None = None, **_: object
+    ) -> None:
         super().__init__()
         if len(cfg.modalities) != 2:
             raise ValueError(f"contrastive.modalities needs two names, got {cfg.modalities}")
@@ -169,7 +171,10 @@ class Contrastive(Objective):
             raise ValueError(f"contrastive.source must be pooled or unimodal, got {cfg.source!r}")
         self.cfg = cfg
         dim = cfg.embed_dim or width
-        self.proj = nn.ModuleDict({m: nn.Linear(width, dim, bias=False) for m in cfg.modalities})
+        # Each view is projected from its own width (model.widths: dual towers of their own).
+        self.proj = nn.ModuleDict(
+            {m: nn.Linear((widths or {}).get(m, width), dim, bias=False) for m in cfg.modalities}
+        )
         init = torch.tensor(math.log(1.0 / cfg.init_temperature))
         self.logit_scale = nn.Parameter(init, requires_grad=cfg.learn_temperature)
         init_weights(self.proj)

@@ -131,6 +131,10 @@ class MaskedLM(Objective):
             raise ValueError(f"mlm.mask_prob must be in (0, 1), got {cfg.mask_prob}")
         if cfg.replace_with_mask + cfg.replace_with_random > 1.0:
             raise ValueError("mlm.replace_with_mask + replace_with_random must be <= 1")
+        if vocab.mask_id < 0:
+            raise ValueError(
+                "mlm needs a tokenizer with a mask token; this one has none (CLIP's BPE)"
+            )
         specials = torch.tensor(sorted(vocab.special_ids), dtype=torch.long)
         pool = torch.tensor(
             [i for i in range(vocab.vocab_size) if i not in vocab.special_ids], dtype=torch.long

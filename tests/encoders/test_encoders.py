@@ -281,3 +281,60 @@ def test_missing_weights_file_raises(tmp_path) -> None:
     path = tmp_path / "nowhere" / "weights.safetensors"
     with pytest.raises(FileNotFoundError, match="weights.safetensors"):
         _resnet(weights=str(path))
+
+
+def test_text_encoder_without_norm_or_segments_is_word_plus_position() -> None:
+    """CLIP's text embedding: the plain sum (the modality-type embedding, zero in an import,
+    is still added)."""
+    enc = _text_encoder(norm=False, segments=0)
+    batch = _text_batch(torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        tokens, _, _ = enc(batch)
+        want = (
+            enc.word.weight[batch["input_ids"]]
+            + enc.position.weight[batch["position_ids"]]
+            + enc.type_embedding
+        )
+    torch.testing.assert_close(tokens, want, rtol=0, atol=1e-6)
+    assert enc.segment is None and not any(isinstance(m, torch.nn.LayerNorm) for m in enc.modules())
+
+
+def test_padding_row_only_for_a_special_pad_id() -> None:
+    special = TextEncoder(TextEncoder.Config(), width=WIDTH, vocab=_vocab())
+    assert special.word.padding_idx == 0 and not special.word.weight[0].any()
+    text_pad = VocabInfo(vocab_size=50, pad_is_text=True)  # CLIP: id 0 is the piece "!"
+    clip = TextEncoder(TextEncoder.Config(), width=WIDTH, vocab=text_pad)
+    assert clip.word.padding_idx is None and clip.word.weight[0].any()
+
+
+def test_pooled_output_is_one_token_of_the_backbones_pooled_features() -> None:
+    """``output: pooled``: test_resnet's head pools by the mean over the grid."""
+    torch.manual_seed(0)
+    enc = _resnet(output="pooled", position_embedding=False).eval()
+    pixels = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        tokens, mask, _ = enc({"pixels": pixels})
+        grid_mean = enc.backbone.forward_features(pixels).mean(dim=(2, 3))
+        want = enc.norm(enc.proj(grid_mean))[:, None] + enc.type_embedding
+    assert enc.n_tokens == 1 and tokens.shape == (2, 1, WIDTH) and bool(mask.all())
+    torch.testing.assert_close(tokens, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="output 'grid'"):
+        _resnet(output="grid")
+
+
+def test_no_projection_and_no_norm_pass_the_backbone_tokens() -> None:
+    torch.manual_seed(0)
+    cfg = TimmImageEncoder.Config(
+        model_name="vit_tiny_patch16_224", model_kwargs=dict(VIT_KWARGS), image_size=32,
+        projection=False, norm=False, position_embedding=False, resize_mode="shortest",
+    )  # fmt: skip
+    enc = TimmImageEncoder(cfg, width=64).eval()  # the ViT's own width
+    pixels = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens, _, _ = enc({"pixels": pixels})
+        want = enc.backbone.forward_features(pixels)
+    torch.testing.assert_close(tokens, want, rtol=0, atol=0)
+    assert enc.data_needs()["image"].facts["resize_mode"] == "shortest"
+    assert "resize_mode" not in _vit().data_needs()["image"].facts
+    with pytest.raises(ValueError, match="projection=false needs the backbone's 64 channels"):
+        TimmImageEncoder(cfg, width=WIDTH)

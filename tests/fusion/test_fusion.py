@@ -102,13 +102,14 @@ def test_single_stream_without_pooler_uses_first_token() -> None:
     torch.testing.assert_close(out.pooled["image"], out.hidden["image"][:, 0], rtol=0, atol=0)
 
 
-def _dual(pooling: str, prenorm: bool = True, **extra) -> DualFusion:
+def _dual(pooling: str, prenorm: bool = True, transformer_extra=None, **extra) -> DualFusion:
     torch.manual_seed(0)
+    transformer = {"layers": 2, "heads": 2, "mlp_ratio": 2.0, "prenorm": prenorm}
     cfg = from_dict(
         DualFusion.Config,
         {
             "type": "dual",
-            "transformer": {"layers": 2, "heads": 2, "mlp_ratio": 2.0, "prenorm": prenorm},
+            "transformer": {**transformer, **(transformer_extra or {})},
             "pooling": {"text": pooling},
             **extra,
         },
@@ -173,3 +174,45 @@ def test_pool_mean_ignores_padding_and_rejects_unknown() -> None:
     torch.testing.assert_close(pool(x, mask, "first"), torch.tensor([[1.0, 2.0]]))
     with pytest.raises(ValueError, match="max"):
         pool(x, mask, "max")
+
+
+def test_pool_last_takes_each_rows_last_real_token() -> None:
+    x = torch.arange(2 * 4 * 2, dtype=torch.float).view(2, 4, 2)
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    torch.testing.assert_close(pool(x, mask, "last"), torch.stack([x[0, 2], x[1, 3]]))
+
+
+def test_dual_causal_text_tower_pooled_at_last_token_ignores_padding() -> None:
+    """A causal tower pooled at the last real token: what open_clip's text tower does at its
+    end token. Padding after it changes nothing, and the result is the tower's output for
+    the sequence cut at that token."""
+    g = torch.Generator().manual_seed(5)
+    fusion = _dual("last", transformer_extra={"causal": True})
+    tokens = _tokens(g)
+    padded = _pad_text(tokens, extra=3, g=g)
+    with torch.no_grad():
+        a, b = fusion(tokens), fusion(padded)
+        torch.testing.assert_close(b.pooled["text"], a.pooled["text"], rtol=1e-5, atol=1e-5)
+        t = tokens["text"]
+        for i, n in enumerate(t.mask.sum(1).tolist()):
+            alone = fusion.towers["text"](t.tokens[i : i + 1, :n])[0, -1]
+            torch.testing.assert_close(a.pooled["text"][i], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_dual_towers_at_their_own_widths() -> None:
+    cfg = DualFusion.Config(layers={"image": 1})
+    fusion = DualFusion(cfg, width=D, modalities=["image", "text"], widths={"image": 24})
+    assert fusion.towers["image"].norm.normalized_shape == (24,)
+    assert fusion.towers["text"].norm.normalized_shape == (D,)
+    out = fusion(
+        {
+            "text": ModalityTokens(torch.randn(2, 3, D), torch.ones(2, 3, dtype=torch.bool)),
+            "image": ModalityTokens(torch.randn(2, 5, 24), torch.ones(2, 5, dtype=torch.bool)),
+        }
+    )
+    assert out.pooled["image"].shape == (2, 24) and out.pooled["text"].shape == (2, D)
+    tied = DualFusion.Config(tie_towers={"image": "text"})
+    with pytest.raises(ValueError, match="widths differ"):
+        DualFusion(tied, width=D, modalities=["image", "text"], widths={"image": 24})
+    with pytest.raises(ValueError, match="pooling .*choices"):
+        DualFusion(DualFusion.Config(pooling={"text": "max"}), width=D, modalities=["text"])

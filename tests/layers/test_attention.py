@@ -271,3 +271,57 @@ def test_transformer_stack_mask_matters(prenorm: bool) -> None:
         y = stack(x, mask)
         y_nomask = stack(x2, torch.ones_like(m2))
     assert not torch.allclose(y_nomask[:, :4], y, atol=1e-3)
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_causal_self_attention_matches_explicit_softmax_per_prefix(use_mask: bool) -> None:
+    """Query i of a causal layer is plain attention of token i over tokens 0..i."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(7)
+    attn = Attention(width=16, heads=4, causal=True).eval()
+    x = torch.randn(3, 6, 16, generator=g)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    if use_mask:  # right padding, as the text plug-in collates
+        mask[1, 4:] = False
+        mask[2, 2:] = False
+    got = attn(x, mask_BK=mask if use_mask else None)
+    want = torch.cat(
+        [
+            _reference_attention(attn, x[:, i : i + 1], x[:, : i + 1], mask[:, : i + 1])
+            for i in range(6)
+        ],
+        dim=1,
+    )
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    weights = attn.weights(x, mask_BK=mask)
+    assert bool((weights.triu(1) == 0).all())  # nothing above the diagonal
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, 6))
+
+
+def test_causal_attention_is_self_attention_only() -> None:
+    with pytest.raises(ValueError, match="self-attention"):
+        Attention(width=8, heads=2, kv_width=4, causal=True)
+    attn = Attention(width=8, heads=2, causal=True)
+    with pytest.raises(ValueError, match="self-attention"):
+        attn(torch.randn(1, 3, 8), torch.randn(1, 3, 8))
+
+
+def test_causal_stack_outputs_do_not_see_later_tokens() -> None:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(layers=2, heads=2, causal=True, activation="quick_gelu")
+    stack = TransformerStack(8, cfg).eval()
+    x = torch.randn(2, 7, 8)
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        a, b = stack(x), stack(changed)
+    torch.testing.assert_close(a[:, :4], b[:, :4], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, 4:], b[:, 4:], atol=1e-3)
+
+
+def test_quick_gelu_activation_in_the_mlp() -> None:
+    block = TransformerBlock(8, TransformerConfig(heads=2, activation="quick_gelu")).eval()
+    h = torch.linspace(-4, 4, 17)
+    torch.testing.assert_close(block.mlp[1](h), h / (1 + torch.exp(-1.702 * h)))
+    with pytest.raises(ValueError, match="activation 'swish' is unknown"):
+        TransformerBlock(8, TransformerConfig(heads=2, activation="swish"))

@@ -69,3 +69,29 @@ def test_bad_settings_are_named():
         _image(std=[0.0, 1.0, 1.0])
     with pytest.raises(ValueError, match="would move the region boxes"):
         _image(needs={"regions": Need("regions")}, crop_scale=[0.5, 1.0])
+
+
+@pytest.mark.parametrize("size", [(40, 24), (24, 40), (33, 61), (17, 16), (16, 16), (9, 5)])
+def test_shortest_resize_and_centre_crop_equal_torchvision(size):
+    """``resize_mode: shortest`` is torchvision's Resize(size) + CenterCrop(size) (open_clip's
+    evaluation transform), pixel for pixel."""
+    from torchvision import transforms
+
+    g = torch.Generator().manual_seed(sum(size))
+    pixels = torch.randint(0, 256, (size[1], size[0], 3), generator=g, dtype=torch.uint8)
+    img = Image.fromarray(pixels.numpy())
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    plugin = _image(resize_mode="shortest")
+    got = plugin.decode({"png": buf.getvalue()}, {}, None)["pixels"]
+    tv = transforms.Compose(
+        [
+            transforms.Resize(16, interpolation=transforms.InterpolationMode.BICUBIC),
+            transforms.CenterCrop(16),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5] * 3, [0.25] * 3),
+        ]
+    )
+    torch.testing.assert_close(got, tv(img), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="resize_mode must be one of"):
+        _image(resize_mode="longest")

@@ -113,3 +113,33 @@ def test_a_shared_data_side_runs_once_and_must_agree(monkeypatch):
     bad = _cfg(objectives={"a": {"type": "mlm"}, "b": {"type": "mlm", "mask_prob": 0.3}})
     with pytest.raises(ValueError, match=r"share one _Shared data side"):
         data_transforms(bad, VOCAB)
+
+
+def test_widths_give_dual_towers_and_projections_their_own_width():
+    """``model.widths``: the image tower at 24 while text runs at 16; every parameter gets a
+    gradient through the contrastive loss."""
+    tree = {
+        "widths": {"image": 24},
+        "fusion": {"type": "dual", "transformer": {"layers": 1, "heads": 2}},
+        "objectives": {"contrastive": {"type": "contrastive", "embed_dim": 8}},
+    }
+    model = PretrainModel(text_image_model_config(**tree), VOCAB)
+    assert model.encoders["image"].width == 24 and model.encoders["text"].width == 16
+    assert model.objectives["contrastive"].proj["image"].weight.shape == (8, 24)
+    assert model.objectives["contrastive"].proj["text"].weight.shape == (8, 16)
+    batch = {
+        "input_ids": torch.randint(5, 50, (4, 6)),
+        "attention_mask": torch.ones(4, 6, dtype=torch.bool),
+        "pixels": torch.randn(4, 3, 16, 16),
+    }
+    out = model(batch)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None] == []
+
+
+def test_widths_errors_name_the_key():
+    with pytest.raises(ValueError, match=r"model.widths names \['audio'\]"):
+        PretrainModel(text_image_model_config(widths={"audio": 8}), VOCAB)
+    with pytest.raises(ValueError, match="fusion 'single_stream' mixes the modalities"):
+        PretrainModel(text_image_model_config(widths={"image": 24}), VOCAB)

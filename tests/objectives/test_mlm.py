@@ -326,3 +326,9 @@ def test_mlm_needs_a_text_encoder() -> None:
             width=D,
             encoders=nn.ModuleDict({"text": enc, "image": nn.Linear(2, 2)}),
         )
+
+
+def test_a_tokenizer_without_mask_token_is_refused():
+    clip_like = VocabInfo(vocab_size=100, mask_id=-1, special_ids=frozenset({98, 99}))
+    with pytest.raises(ValueError, match="needs a tokenizer with a mask token"):
+        MaskedLM.data_transform(MaskedLM.Config(), clip_like)
