@@ -8,6 +8,7 @@ mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
+mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm demo [--out runs/demo] [key=value ...]
 """
 
@@ -309,6 +310,17 @@ def _eval_xret(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(format_accuracy({Path(args.run).name or args.run: result}))
     print(json.dumps(result))
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from mmptm.eval.curves import plot_curves
+
+    out = plot_curves(
+        args.runs, args.metric or ["*loss"], args.out, smoothing=args.smooth, x=args.x,
+        log_y=args.log_y, title=args.title,
+    )  # fmt: skip
+    print(f"curves of {len(args.runs)} run(s) → {out}")
     return 0
 
 
@@ -617,6 +629,20 @@ def build_parser() -> argparse.ArgumentParser:
     xr.add_argument("--pivot", default="en")
     xr.add_argument("--max-items", type=int, default=500, help="pairs per language")
     xr.set_defaults(fn=_eval_xret)
+
+    pl = sub.add_parser("plot", help="draw training curves of runs (their metrics.jsonl)")
+    pl.add_argument("runs", nargs="+", help="run directories (or metrics.jsonl files)")
+    pl.add_argument("--metric", action="append", default=[],
+                    help="a metric or glob, e.g. contrastive_loss or '*_loss'; repeatable; one "
+                    "subplot each (default: '*loss')")  # fmt: skip
+    pl.add_argument("--out", required=True, help="image file (.png, .pdf, .svg)")
+    pl.add_argument("--smooth", type=float, default=0.6,
+                    help="TensorBoard's smoothing weight in [0, 1); 0 = raw curves")  # fmt: skip
+    pl.add_argument("--x", default="step", choices=["step", "samples", "time"],
+                    help="x axis: optimiser steps, samples trained on, training time")  # fmt: skip
+    pl.add_argument("--log-y", action="store_true", help="logarithmic y axes")
+    pl.add_argument("--title", default="", help="figure title")
+    pl.set_defaults(fn=_plot)
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
     de.add_argument(
