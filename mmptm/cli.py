@@ -37,6 +37,7 @@ def _data_toyworld(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         views=_views(args.views, toyworld.VIEWS, toyworld.ALL_VIEWS),
         voice=args.voice,
+        progress=not args.no_progress,
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
@@ -440,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--voice", default="builtin", choices=("builtin", "espeak"),
                     help="the speech view's synthesiser: the built-in one, or espeak-ng if "
                          "installed")  # fmt: skip
+    tw.add_argument("--no-progress", action="store_true")
     tw.set_defaults(fn=_data_toyworld)
 
     for name, help_ in [

@@ -53,7 +53,7 @@ def progress_mode(mode: str = "") -> str:
     return chosen
 
 
-def progress(
+def progress_bar(
     iterable: Iterable[Any] | None = None,
     *,
     total: int | None = None,

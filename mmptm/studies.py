@@ -64,7 +64,7 @@ def _prepare(
     data = out / "toyworld"
     toyworld.generate(
         data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed, languages=languages,
-        views=write,
+        views=write, progress=True,
     )  # fmt: skip
     shards = sorted(p for view in views for p in (data / view).glob("train-*.tar"))
     train_tokenizer(

@@ -38,7 +38,7 @@ from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from,
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.objectives.base import Objective
-from mmptm.progress import progress
+from mmptm.progress import progress_bar
 from mmptm.train.metrics_log import MetricsLog
 from mmptm.train.optim import build_optimizer, freeze
 
@@ -417,7 +417,7 @@ class Trainer:
         agree = self._agree if self.dist.world > 1 else None
         self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state, agree)
         batches = iter(self.loader)
-        bar = progress(
+        bar = progress_bar(
             total=tc.max_steps,
             initial=self.step,
             desc=self.out.name or "train",
