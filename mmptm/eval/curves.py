@@ -161,7 +161,7 @@ def _draw(data, chosen, out, column, scale, x_label, smoothing, log_y, title) ->
         from matplotlib.figure import Figure
     except ImportError as e:
         raise OSError(f"drawing curves needs matplotlib ({e}): pip install matplotlib") from None
-    cols = min(len(chosen), 3)
+    cols = 2 if len(chosen) in (2, 4) else min(len(chosen), 3)  # 4: a square, not 3 + 1
     rows_n = math.ceil(len(chosen) / cols)
     fig = Figure(figsize=(4.6 * cols, 3.3 * rows_n + 0.5), dpi=100, layout="constrained")
     colours = [f"C{i % 10}" for i in range(len(data))]
