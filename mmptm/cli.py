@@ -81,7 +81,7 @@ def _data_convert(args: argparse.Namespace) -> int:
 
         stats = converters_vl.convert_coco_captions(
             args.input[0], args.images, args.out, split=args.split, shard_size=args.shard_size,
-            regions_tsv=args.regions,
+            regions_tsv=args.regions, progress=not args.no_progress,
         )  # fmt: skip
     elif args.dataset == "vqa":
         from mmptm.data import converters_vl
@@ -89,7 +89,7 @@ def _data_convert(args: argparse.Namespace) -> int:
         questions, annotations = [*args.input, None][:2]
         stats = converters_vl.convert_vqa(
             questions, annotations, args.images, args.out, split=args.split,
-            shard_size=args.shard_size, regions_tsv=args.regions,
+            shard_size=args.shard_size, regions_tsv=args.regions, progress=not args.no_progress,
         )  # fmt: skip
     else:
         stats = converters.convert_xnli(
@@ -106,17 +106,18 @@ def _data_video(args: argparse.Namespace) -> int:
     if args.dataset == "msrvtt":
         stats = cv.convert_msrvtt(
             args.videos, args.annotations, args.out, split=args.split, keys=args.keys,
-            shard_size=args.shard_size,
+            shard_size=args.shard_size, progress=not args.no_progress,
         )  # fmt: skip
     elif args.dataset == "videos":
         stats = cv.convert_video_csv(
             args.csv, args.video_dir, args.out, split=args.split, shard_size=args.shard_size,
-            probe=not args.no_probe,
+            probe=not args.no_probe, progress=not args.no_progress,
         )  # fmt: skip
     else:
         stats = cv.convert_video_features(
-            args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size
-        )
+            args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size,
+            progress=not args.no_progress,
+        )  # fmt: skip
     print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
     return 0
 
@@ -461,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif name in ("coco", "vqa"):
             c.add_argument("--images", default=None, help="COCO image folder")
             c.add_argument("--regions", default=None, help="bottom-up-attention TSV features")
+            c.add_argument("--no-progress", action="store_true")
         else:
             note = " (xnli: keep only this language)" if name == "xnli" else ""
             c.add_argument("--lang", required=name == "text", default=None, help="code" + note)
@@ -474,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--keys", "--test-keys", dest="keys", default=None,
                     help="only these video ids, one a line (e.g. the 1k-A test list)")  # fmt: skip
     ms.add_argument("--shard-size", type=int, default=1000)
+    ms.add_argument("--no-progress", action="store_true")
     ms.set_defaults(fn=_data_video)
     vc = data_sub.add_parser("videos", help="caption CSV (file,caption[,language,split])")
     vc.add_argument("--csv", required=True)
@@ -483,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("--shard-size", type=int, default=1000)
     vc.add_argument("--no-probe", action="store_true",
                     help="do not check that PyAV decodes each file's first frame")  # fmt: skip
+    vc.add_argument("--no-progress", action="store_true")
     vc.set_defaults(fn=_data_video)
     vf = data_sub.add_parser("video-features", help="caption CSV + per-video .npy [T,F]")
     vf.add_argument("--csv", required=True)
@@ -490,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--out", required=True)
     vf.add_argument("--split", default="train")
     vf.add_argument("--shard-size", type=int, default=1000)
+    vf.add_argument("--no-progress", action="store_true")
     vf.set_defaults(fn=_data_video)
     _audio_parsers(data_sub)
 
