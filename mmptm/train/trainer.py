@@ -405,8 +405,8 @@ class Trainer:
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.yaml")
-            # what a killed run left: half-written files (rows past the resumed step go in
-            # MetricsLog)
+            # what a killed run left: half-written files (MetricsLog drops its rows and
+            # hides its events past the resumed step)
             stale = checkpoint.remove_temporaries(self.ckpt_dir)
             stale += remove_temporaries(self.out / METRICS_FILE)
             stale += remove_temporaries(self.out / "config.yaml")
