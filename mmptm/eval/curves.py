@@ -176,7 +176,10 @@ def _draw(data, chosen, out, column, scale, x_label, smoothing, log_y, title) ->
             if smoothing > 0:
                 ax.plot(xs, ys, color=colour, alpha=0.25, linewidth=1.0)
                 ys = smooth(ys, smoothing)
-            (handles[label],) = ax.plot(xs, ys, color=colour, linewidth=1.8, label=label)
+            # a run with one row (a short fine-tuning) is a dot, not an invisible line
+            marker = "o" if len(xs) == 1 else None
+            (handles[label],) = ax.plot(xs, ys, color=colour, linewidth=1.8, marker=marker,
+                                        label=label)  # fmt: skip
         ax.set_title(metric, fontsize=11)
         ax.set_xlabel(x_label, fontsize=9)
         ax.tick_params(labelsize=8)

@@ -64,6 +64,10 @@ def test_two_runs_are_drawn_in_their_own_colours(tmp_path):
     plot_curves([a], ["loss"], tmp_path / "one.png", x="time", log_y=True)
     assert _pixels_near(tmp_path / "one.png", BLUE) > 100
     assert _pixels_near(tmp_path / "one.png", ORANGE) == 0
+    # a run of one row (a short fine-tuning) shows as a dot
+    c = _run(tmp_path / "c", _rows(1, 0.1))
+    plot_curves([c], ["loss"], tmp_path / "dot.png")
+    assert _pixels_near(tmp_path / "dot.png", BLUE) > 20
 
 
 def test_metric_patterns_pick_in_order_and_unknown_ones_list_what_there_is(tmp_path, capsys):
