@@ -8,6 +8,7 @@ mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
+mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm demo [--out runs/demo] [key=value ...]
 """
 
@@ -36,6 +37,7 @@ def _data_toyworld(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         views=_views(args.views, toyworld.VIEWS, toyworld.ALL_VIEWS),
         voice=args.voice,
+        progress=not args.no_progress,
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")
@@ -79,7 +81,7 @@ def _data_convert(args: argparse.Namespace) -> int:
 
         stats = converters_vl.convert_coco_captions(
             args.input[0], args.images, args.out, split=args.split, shard_size=args.shard_size,
-            regions_tsv=args.regions,
+            regions_tsv=args.regions, progress=not args.no_progress,
         )  # fmt: skip
     elif args.dataset == "vqa":
         from mmptm.data import converters_vl
@@ -87,7 +89,7 @@ def _data_convert(args: argparse.Namespace) -> int:
         questions, annotations = [*args.input, None][:2]
         stats = converters_vl.convert_vqa(
             questions, annotations, args.images, args.out, split=args.split,
-            shard_size=args.shard_size, regions_tsv=args.regions,
+            shard_size=args.shard_size, regions_tsv=args.regions, progress=not args.no_progress,
         )  # fmt: skip
     else:
         stats = converters.convert_xnli(
@@ -104,17 +106,18 @@ def _data_video(args: argparse.Namespace) -> int:
     if args.dataset == "msrvtt":
         stats = cv.convert_msrvtt(
             args.videos, args.annotations, args.out, split=args.split, keys=args.keys,
-            shard_size=args.shard_size,
+            shard_size=args.shard_size, progress=not args.no_progress,
         )  # fmt: skip
     elif args.dataset == "videos":
         stats = cv.convert_video_csv(
             args.csv, args.video_dir, args.out, split=args.split, shard_size=args.shard_size,
-            probe=not args.no_probe,
+            probe=not args.no_probe, progress=not args.no_progress,
         )  # fmt: skip
     else:
         stats = cv.convert_video_features(
-            args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size
-        )
+            args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size,
+            progress=not args.no_progress,
+        )  # fmt: skip
     print(json.dumps({k: v for k, v in stats.items() if not k.startswith("skipped_")}, indent=1))
     return 0
 
@@ -322,6 +325,17 @@ def _eval_xret(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from mmptm.eval.curves import plot_curves
+
+    out = plot_curves(
+        args.runs, args.metric or ["*loss"], args.out, smoothing=args.smooth, x=args.x,
+        log_y=args.log_y, title=args.title,
+    )  # fmt: skip
+    print(f"curves of {len(args.runs)} run(s) → {out}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from mmptm import studies
 
@@ -438,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     tw.add_argument("--voice", default="builtin", choices=("builtin", "espeak"),
                     help="the speech view's synthesiser: the built-in one, or espeak-ng if "
                          "installed")  # fmt: skip
+    tw.add_argument("--no-progress", action="store_true")
     tw.set_defaults(fn=_data_toyworld)
 
     for name, help_ in [
@@ -457,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
         elif name in ("coco", "vqa"):
             c.add_argument("--images", default=None, help="COCO image folder")
             c.add_argument("--regions", default=None, help="bottom-up-attention TSV features")
+            c.add_argument("--no-progress", action="store_true")
         else:
             note = " (xnli: keep only this language)" if name == "xnli" else ""
             c.add_argument("--lang", required=name == "text", default=None, help="code" + note)
@@ -470,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--keys", "--test-keys", dest="keys", default=None,
                     help="only these video ids, one a line (e.g. the 1k-A test list)")  # fmt: skip
     ms.add_argument("--shard-size", type=int, default=1000)
+    ms.add_argument("--no-progress", action="store_true")
     ms.set_defaults(fn=_data_video)
     vc = data_sub.add_parser("videos", help="caption CSV (file,caption[,language,split])")
     vc.add_argument("--csv", required=True)
@@ -479,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     vc.add_argument("--shard-size", type=int, default=1000)
     vc.add_argument("--no-probe", action="store_true",
                     help="do not check that PyAV decodes each file's first frame")  # fmt: skip
+    vc.add_argument("--no-progress", action="store_true")
     vc.set_defaults(fn=_data_video)
     vf = data_sub.add_parser("video-features", help="caption CSV + per-video .npy [T,F]")
     vf.add_argument("--csv", required=True)
@@ -486,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--out", required=True)
     vf.add_argument("--split", default="train")
     vf.add_argument("--shard-size", type=int, default=1000)
+    vf.add_argument("--no-progress", action="store_true")
     vf.set_defaults(fn=_data_video)
     _audio_parsers(data_sub)
 
@@ -634,6 +653,20 @@ def build_parser() -> argparse.ArgumentParser:
     xr.add_argument("--pivot", default="en")
     xr.add_argument("--max-items", type=int, default=500, help="pairs per language")
     xr.set_defaults(fn=_eval_xret)
+
+    pl = sub.add_parser("plot", help="draw training curves of runs (their metrics.jsonl)")
+    pl.add_argument("runs", nargs="+", help="run directories (or metrics.jsonl files)")
+    pl.add_argument("--metric", action="append", default=[],
+                    help="a metric or glob, e.g. contrastive_loss or '*_loss'; repeatable; one "
+                    "subplot each (default: '*loss')")  # fmt: skip
+    pl.add_argument("--out", required=True, help="image file (.png, .pdf, .svg)")
+    pl.add_argument("--smooth", type=float, default=0.6,
+                    help="TensorBoard's smoothing weight in [0, 1); 0 = raw curves")  # fmt: skip
+    pl.add_argument("--x", default="step", choices=["step", "samples", "time"],
+                    help="x axis: optimiser steps, samples trained on, training time")  # fmt: skip
+    pl.add_argument("--log-y", action="store_true", help="logarithmic y axes")
+    pl.add_argument("--title", default="", help="figure title")
+    pl.set_defaults(fn=_plot)
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
     de.add_argument(

@@ -1,4 +1,5 @@
-"""Reproducible studies on toyworld, run by ``mmptm demo``: each writes results.json + tables.
+"""Reproducible studies on toyworld, run by ``mmptm demo``: each writes results.json, tables
+and its training curves (``curves*.png``: the runs it compares, one figure per stage).
 
 Studies sit beside the command line and call library functions only.
 
@@ -24,6 +25,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from mmptm.data import toyworld
 from mmptm.data.tokenizer import train_tokenizer
 from mmptm.data.units import fit_codebook
 from mmptm.eval.classification import evaluate_sets, format_accuracy
+from mmptm.eval.curves import plot_curves
 from mmptm.eval.probe import evaluate_probe, format_probe
 from mmptm.eval.retrieval import evaluate_retrieval, evaluate_reversal, format_table
 from mmptm.eval.vqa import evaluate_vqa
@@ -61,13 +64,23 @@ def _prepare(
     data = out / "toyworld"
     toyworld.generate(
         data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed, languages=languages,
-        views=write,
+        views=write, progress=True,
     )  # fmt: skip
     shards = sorted(p for view in views for p in (data / view).glob("train-*.tar"))
     train_tokenizer(
         shards, data / "tokenizer", vocab_size=vocab_size, seed=seed, model_type=model_type
     )
     return data
+
+
+def _curves(
+    out: Path, name: str, runs: Mapping[str, Path], metrics: Sequence[str], title: str
+) -> Path:
+    """A study's training curves (label → run) as ``out/name``; ``metrics`` are patterns, and
+    those no run logs are passed over (recipes log different terms)."""
+    path = plot_curves(runs, metrics, out / name, title=title, skip_missing=True)
+    print(f"training curves: {path}")
+    return path
 
 
 def clip_study(out: Path, *, n_train=4000, n_test=500, steps=0, seed=0, overrides=()) -> dict:
@@ -107,6 +120,9 @@ def clip_study(out: Path, *, n_train=4000, n_test=500, steps=0, seed=0, override
     print(f"\nclip_tiny on toyworld, test split ({int(result['n'])} image-caption pairs):")
     print(format_table({"clip_tiny": result}))
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    _curves(out, "curves.png", {"clip_tiny": run},
+            ["contrastive_loss", "contrastive_acc", "contrastive_logit_scale", "lr"],
+            "clip_tiny pre-training on toyworld")  # fmt: skip
     return result
 
 
@@ -159,6 +175,7 @@ def multilingual_study(
     }
     xnli: dict[str, dict[str, float]] = {}
     per_seed: dict[str, list[dict[str, float]]] = {}
+    first: dict[str, Path] = {}  # the first seed's fine-tuning runs, for their curves
     for name, init in inits.items():
         per_seed[name] = []
         for s in seeds:
@@ -168,6 +185,7 @@ def multilingual_study(
                  f"train.max_steps={ft_steps}", f"data.train={data}/nli/train-en-*.tar",
                  *eval_sets, *init],
             )  # fmt: skip
+            first.setdefault(name, Path(cfg.output_dir))
             trainer = Trainer(cfg)
             trainer.fit()
             per_seed[name].append(
@@ -182,6 +200,9 @@ def multilingual_study(
     print(format_accuracy(xret))
     print(f"\n(b) zero-shot XNLI accuracy (fine-tuned on en), mean of {len(seeds)} seeds:")
     print(format_accuracy(xnli))
+    _curves(out, "curves.png", runs, ["*_loss", "*_acc"], "pre-training (same model, same steps)")
+    _curves(out, "curves_xnli.png", first, ["xnli_loss", "xnli_acc"],
+            f"XNLI fine-tuning on English (seed {seeds[0]})")  # fmt: skip
     return result
 
 
@@ -213,6 +234,7 @@ def vqa_study(
         f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
     ]
     result: dict[str, Any] = {"retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {}}
+    finetuned: dict[str, Path] = {}  # the first seed's fine-tuning runs, for their curves
     for recipe in recipes:
         run = out / recipe
         cfg = load_run_config(
@@ -234,6 +256,7 @@ def vqa_study(
             scores = []
             for s in seeds:
                 ft = out / f"vqa_{recipe}_{name.replace(' ', '_')}_{s}"
+                finetuned.setdefault(f"{recipe} {name}", ft)
                 cfg = load_run_config(
                     "configs/finetune/vqa.yaml",
                     [f"init={run}", *init, f"output_dir={ft}", "resume=true", f"seed={s}",
@@ -256,6 +279,10 @@ def vqa_study(
     for key, acc in result["vqa_mean"].items():
         runs = ", ".join(f"{a:.1f}" for a in result["vqa_per_seed"][key])
         print(f"  {key:<28} {acc:5.1f}   ({runs})")
+    _curves(out, "curves.png", {r: out / r for r in recipes}, ["*_loss", "*_acc"],
+            "vision-language pre-training")  # fmt: skip
+    _curves(out, "curves_vqa.png", finetuned, ["vqa_loss", "vqa_score"],
+            f"VQA fine-tuning (seed {seeds[0]})")  # fmt: skip
     return result
 
 
@@ -311,10 +338,12 @@ def video_study(
     times["data+tokenizer"] = time.perf_counter() - t
     runs = [n for n in _VIDEO_RUNS if _VIDEO_RUNS[n][0] in recipes]
     result: dict[str, Any] = {"retrieval": {}, "reversal": {}, "languages": {}, "video_qa": {}}
+    pretrained: dict[str, Path] = {}
+    qa_runs: dict[str, Path] = {}
     for name in runs:
         recipe, extra = _VIDEO_RUNS[name]
         view = "video" if recipe == "video_clip_tiny" else "video_features"
-        run = out / name.replace(" ", "_")
+        run = pretrained[name] = out / name.replace(" ", "_")
         paths = [f"data.{split}={data}/{view}/{split}-*.tar" for split in ("train", "val", "test")]
         if recipe == "videobert_tiny":
             paths.append(f"model.encoders.units.codebook={codebook}")
@@ -362,6 +391,7 @@ def video_study(
                 ("from scratch", "init=__delete__"),
             ):
                 ft = out / f"{qa}_{name}_{how.replace(' ', '_')}"
+                qa_runs[f"{name} {how}"] = ft
                 t = time.perf_counter()
                 cfg = load_run_config(
                     f"configs/finetune/{qa}.yaml",
@@ -396,6 +426,10 @@ def video_study(
         for key, acc in result["video_qa"].items():
             print(f"  {key:<36} {acc:5.1f}")
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    _curves(out, "curves.png", pretrained, ["*_loss", "*_acc"], "video pre-training")
+    if qa_runs:
+        _curves(out, "curves_qa.png", qa_runs, ["vqa_loss", "vqa_score"],
+                "video QA fine-tuning")  # fmt: skip
     return result
 
 
@@ -450,6 +484,7 @@ def audio_study(
         fit_audio_codebook(f"{data}/audio/train-*.tar", codebook, k=32, seed=seed)  # MFCC
     times["data+tokenizer"] = time.perf_counter() - t
     result: dict[str, Any] = {"retrieval": {}, "languages": {}, "probe": {}}
+    spoken: dict[str, Path] = {}  # spoken caption ↔ image fine-tuning runs
     audio = {split: f"{data}/audio/{split}-*.tar" for split in ("train", "val", "test")}
 
     def save() -> None:
@@ -475,6 +510,7 @@ def audio_study(
             # spoken caption ↔ image: English spoken captions of the test scenes
             for how, init in (("pre-trained", f"init={run}"), ("from scratch", "init=__delete__")):
                 ft = out / f"speech_image_{how.replace(' ', '_')}"
+                spoken[how] = ft
                 train("speech_image", ft, [init, f"train.max_steps={ft_steps}",
                       f"data.train={data}/speech/train-*.tar",
                       f"data.val={data}/speech/val-en-*.tar",
@@ -526,4 +562,9 @@ def audio_study(
         print("\nlinear probe: how many objects a scene sound holds (1-4):")
         print(format_probe(result["probe"]))
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    _curves(out, "curves.png", {r: out / r for r in recipes}, ["*_loss", "*_acc"],
+            "audio pre-training")  # fmt: skip
+    if spoken:
+        _curves(out, "curves_speech_image.png", spoken, ["contrastive_loss", "contrastive_acc"],
+                "spoken caption ↔ image fine-tuning")  # fmt: skip
     return result

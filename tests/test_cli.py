@@ -152,6 +152,7 @@ def test_demo_video_runs_every_recipe_and_video_qa(tmp_path, capsys):
     }  # fmt: skip
     printed = capsys.readouterr().out
     assert "reversal test" in printed and "text↔video retrieval" in printed
+    assert _drawn(out / "curves.png") and _drawn(out / "curves_qa.png")
 
 
 @pytest.mark.slow
@@ -179,6 +180,31 @@ def test_demo_audio_runs_every_recipe(tmp_path, capsys):
         assert 0 <= r["acc"] <= 1 and r["n_test"] == 16
     printed = capsys.readouterr().out
     assert "linear probe" in printed and "text↔audio" in printed
+    assert _drawn(out / "curves.png") and _drawn(out / "curves_speech_image.png")
+
+
+def _drawn(png) -> bool:
+    """A figure with coloured lines on it (axes and text are black and grey)."""
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    return int((rgb.max(-1) - rgb.min(-1) > 60).sum()) > 200
+
+
+def test_demo_clip_writes_results_and_curves(tmp_path, capsys):
+    """`mmptm demo` (the README's `make demo`) at toy sizes: retrieval table, curves."""
+    out = tmp_path / "demo"
+    argv = ["demo", "--out", str(out), "--n-train", "32", "--n-test", "16", "--steps", "4",
+            "--set", "data.batch_size=8", "--set", "data.num_workers=0",
+            "--set", "train.log_every=2"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())["retrieval"]
+    assert result["n"] == 16
+    rows = [json.loads(line) for line in (out / "clip_tiny" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == [2, 4]
+    assert _drawn(out / "curves.png")
+    assert f"training curves: {out / 'curves.png'}" in capsys.readouterr().out
 
 
 def test_toyworld_writes_the_five_languages_the_recipes_and_readme_name(tmp_path, capsys):

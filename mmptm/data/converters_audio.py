@@ -33,8 +33,7 @@ import csv
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from mmptm.modalities.audio_io import (
     read_audio,
     resample,
 )
+from mmptm.progress import progress_bar
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -171,19 +171,6 @@ def _number(text: str) -> int | float:
     return int(value) if value.is_integer() else value
 
 
-@contextmanager
-def _progress(total: int, desc: str, enabled: bool) -> Iterator[Any]:
-    """A tqdm bar on stderr; log lines are routed around it while it is drawn."""
-    from tqdm import tqdm
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
-    with ExitStack() as stack:
-        if enabled:
-            stack.enter_context(logging_redirect_tqdm())
-        bar = stack.enter_context(tqdm(total=total, desc=desc, unit="clip", disable=not enabled))
-        yield bar
-
-
 class _Clips:
     """Turns the clips of one conversion into samples: audio, unique keys, skips, missing list.
 
@@ -305,7 +292,7 @@ def convert_clotho(
     pattern = Path(out_dir) / f"{split}-%06d.tar"
     with (
         ShardWriter(pattern, shard_size) as writer,
-        _progress(len(rows), f"clotho {split}", progress) as bar,
+        progress_bar(total=len(rows), desc=f"clotho {split}", unit="clip", enabled=progress) as bar,
     ):
         for name, captions in rows:
             bar.update()
@@ -422,7 +409,9 @@ def convert_audiocaps(
     clips = _Clips(stats, sample_rate, probe)
     with (
         ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer,
-        _progress(len(groups), f"audiocaps {split}", progress) as bar,
+        progress_bar(
+            total=len(groups), desc=f"audiocaps {split}", unit="clip", enabled=progress
+        ) as bar,
     ):
         for ident, group in groups.items():
             bar.update()
@@ -507,7 +496,7 @@ def convert_esc50(
     shards: list[str] = []
     per_fold: dict[str, dict[str, Any]] = {}
     total = sum(len(v) for v in folds.values())
-    with _progress(total, "esc50", progress) as bar:
+    with progress_bar(total=total, desc="esc50", unit="clip", enabled=progress) as bar:
         for fold in sorted(folds):
             name = f"fold{fold}"
             written = stats.written
@@ -617,7 +606,9 @@ def convert_librispeech(
     clips = _Clips(stats, sample_rate, probe)
     with (
         ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer,
-        _progress(len(utterances), f"librispeech {split}", progress) as bar,
+        progress_bar(
+            total=len(utterances), desc=f"librispeech {split}", unit="clip", enabled=progress
+        ) as bar,
     ):
         for utt, speaker_id, chapter_id, path, transcript in utterances:
             bar.update()

@@ -31,6 +31,7 @@ import numpy as np
 
 from mmptm.data.converters import SkipStats
 from mmptm.data.shards import ShardWriter
+from mmptm.progress import progress_bar
 
 __all__ = [
     "VIDEO_EXTENSIONS",
@@ -129,6 +130,7 @@ def convert_msrvtt(
     split: str = "all",
     keys: PathLike | Sequence[str] | None = None,
     shard_size: int = 1000,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """MSR-VTT's annotation JSON + its video folder to ``{split}-%06d.tar``, one sample a video.
 
@@ -179,7 +181,8 @@ def convert_msrvtt(
     folder = Path(video_dir)
     seen: set[str] = set()
     with ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer:
-        for video_id in wanted:
+        for video_id in progress_bar(wanted, desc=f"msrvtt {split}", unit="video",
+                                     enabled=progress):  # fmt: skip
             v = videos.get(video_id)
             if v is None:
                 stats.skip("unknown_video", video_id, warn=False)
@@ -294,6 +297,7 @@ def convert_video_csv(
     split: str = "train",
     shard_size: int = 1000,
     probe: bool = True,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """A caption CSV over a video folder to ``{split}-%06d.tar``, one sample a video file.
 
@@ -311,8 +315,10 @@ def convert_video_csv(
     grouped = _group_csv(csv_path, split, stats)
     root = Path(video_dir)
     keys: dict[str, str] = {}
+    bar = progress_bar(grouped.files.items(), desc=f"videos {split}", unit="video",
+                       enabled=progress)  # fmt: skip
     with ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer:
-        for name, entry in grouped.files.items():
+        for name, entry in bar:
             path = _safe_path(root, name)
             ext = None if path is None else _video_ext(path)
             if path is None or ext is None:
@@ -378,6 +384,7 @@ def convert_video_features(
     *,
     split: str = "train",
     shard_size: int = 1000,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """A caption CSV over per-video ``.npy`` features to ``{split}-%06d.tar`` (npy, txt, json).
 
@@ -394,8 +401,10 @@ def convert_video_features(
     root = Path(features_dir)
     keys: dict[str, str] = {}
     dim: int | None = None
+    bar = progress_bar(grouped.files.items(), desc=f"video features {split}", unit="video",
+                       enabled=progress)  # fmt: skip
     with ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer:
-        for name, entry in grouped.files.items():
+        for name, entry in bar:
             npy_name = (
                 name if name.lower().endswith(".npy") else str(Path(name).with_suffix(".npy"))
             )

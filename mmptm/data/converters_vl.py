@@ -41,6 +41,7 @@ from PIL import Image, UnidentifiedImageError
 from mmptm.data.converters import SkipStats
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities.regions import REGION_ARRAYS, load_regions, regions_npz_bytes
+from mmptm.progress import progress_bar
 
 __all__ = [
     "BUTD_FIELDS",
@@ -368,6 +369,7 @@ def convert_coco_captions(
     split: str,
     shard_size: int = 1000,
     regions_tsv: PathLike | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """COCO ``captions_*.json`` + its image folder to ``{split}-%06d.tar``, one sample a caption.
 
@@ -403,7 +405,9 @@ def convert_coco_captions(
     seen: set[int] = set()
     try:
         with ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer:
-            for image_id, img in images.items():
+            bar = progress_bar(images.items(), desc=f"coco {split}", unit="image",
+                               enabled=progress)  # fmt: skip
+            for image_id, img in bar:
                 anns = by_image.get(image_id, [])
                 got = media.get(image_id, img["file_name"]) if anns else {}
                 for ann in anns:
@@ -457,6 +461,7 @@ def convert_vqa(
     shard_size: int = 1000,
     regions_tsv: PathLike | None = None,
     image_name: str = VQA_IMAGE_NAME,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """VQA v2 questions (+ annotations) to ``{split}-%06d.tar``, one sample a question.
 
@@ -490,7 +495,9 @@ def convert_vqa(
     seen: set[int] = set()
     try:
         with ShardWriter(Path(out_dir) / f"{split}-%06d.tar", shard_size) as writer:
-            for i, q in enumerate(questions["questions"]):
+            bar = progress_bar(questions["questions"], desc=f"vqa {split}", unit="question",
+                               enabled=progress)  # fmt: skip
+            for i, q in enumerate(bar):
                 ok = isinstance(q, dict) and isinstance(q.get("question_id"), int)
                 if not ok or not isinstance(q.get("question"), str) or "image_id" not in q:
                     stats.skip("malformed", f"questions[{i}]")

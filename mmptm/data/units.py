@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.modalities.base import Sample
 from mmptm.modalities.features import load_vectors, nearest
+from mmptm.progress import progress_bar
 
 #: sample → its [T,F] float32 vectors; ``ValueError`` skips the sample (counted)
 Featurize = Callable[[Sample], np.ndarray]
@@ -95,7 +95,7 @@ def kmeans(
     g = torch.Generator().manual_seed(seed)
     c_KF = kmeans_plus_plus(x_NF, k, g)
     prev = float("inf")
-    bar = tqdm(total=iters, desc=f"k-means k={k}", disable=not progress, leave=False)
+    bar = progress_bar(total=iters, desc=f"k-means k={k}", enabled=progress, leave=False)
     steps = 0
     while steps < iters:
         steps += 1
@@ -133,7 +133,8 @@ def hierarchical_kmeans(
     if levels < 1 or branch < 2:
         raise ValueError(f"need levels >= 1 and branch >= 2, got {levels}, {branch}")
     leaves = branch**levels
-    bar = tqdm(total=leaves, desc=f"hierarchical k-means {branch}^{levels}", disable=not progress)
+    bar = progress_bar(total=leaves, desc=f"hierarchical k-means {branch}^{levels}",
+                       unit="leaf", enabled=progress)  # fmt: skip
     steps = 0
 
     def split(rows_NF: torch.Tensor, depth: int, node: int) -> torch.Tensor:
@@ -200,7 +201,9 @@ def read_vectors(
     kept: list[np.ndarray] = []
     reservoir: np.ndarray | None = None
     dim = seen = samples = 0
-    for sample in tqdm(tar_samples(urls, handler), desc="reading vectors", disable=not progress):
+    samples_it = progress_bar(tar_samples(urls, handler), desc="reading vectors", unit="sample",
+                              enabled=progress)  # fmt: skip
+    for sample in samples_it:
         try:
             x_TF = featurize(sample)
             if x_TF.ndim != 2 or len(x_TF) == 0 or (dim and x_TF.shape[1] != dim):

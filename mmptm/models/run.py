@@ -40,11 +40,16 @@ class TrainConfig:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     compile: bool = False
     device: str = "auto"
+    #: steps between rows of metrics.jsonl / TensorBoard (and progress lines off a terminal)
     log_every: int = bounded(10, ge=1)
     ckpt_every: int = bounded(500, ge=1)
     #: 0 keeps all
     keep_checkpoints: int = bounded(2, ge=0)
+    #: a progress bar on a terminal, a log line every log_every steps elsewhere
+    #: (MMPTM_PROGRESS=bar|lines|off overrides the choice; README, Training)
     progress: bool = True
+    #: TensorBoard event files beside metrics.jsonl (``tensorboard --logdir runs/``)
+    tensorboard: bool = True
     #: steps with a non-finite loss to skip (no update; a warning names the step, the loss
     #: terms and the batch's sample keys) before the run stops with that report; 0 = stop
     #: at the first

@@ -1,7 +1,8 @@
 """The pre-training loop: one process, or one per rank under ``torchrun`` (DDP).
 
 Writes ``<output_dir>/config.yaml`` (the resolved recipe), ``metrics.jsonl`` (one JSON row per
-logged step) and ``checkpoints/step_XXXXXXXX.pt`` (atomic; model, optimiser, scheduler, RNG
+logged step) and TensorBoard event files beside it (``metrics_log.py``), and
+``checkpoints/step_XXXXXXXX.pt`` (atomic; model, optimiser, scheduler, RNG
 and data position of every rank), so that ``resume=true`` continues exactly.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import logging
 import math
 import os
@@ -26,18 +26,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from mmptm.batch import move_to
-from mmptm.config import remove_temporaries, save_config, to_dict, write_atomic
+from mmptm.config import remove_temporaries, save_config, to_dict
 from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
+from mmptm.eval.curves import METRICS_FILE
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.objectives.base import Objective
+from mmptm.progress import progress_bar
+from mmptm.train.metrics_log import MetricsLog
 from mmptm.train.optim import build_optimizer, freeze
 
 log = logging.getLogger(__name__)
@@ -128,7 +130,7 @@ def _gather(obj: Any, d: Dist) -> list[Any]:
 #: settings that may differ between a run and its resumption without changing the run
 _RESUME_FREE = {"resume", "train.stop_at", "train.progress", "train.log_every",
                 "train.ckpt_every", "train.keep_checkpoints", "train.dist_timeout_s",
-                "train.max_nonfinite_steps"}  # fmt: skip
+                "train.max_nonfinite_steps", "train.tensorboard"}  # fmt: skip
 
 
 def config_changes(old: Any, new: Any, where: str = "") -> str:
@@ -150,24 +152,6 @@ def check_writable(folder: Path) -> None:
             pass
     except OSError as e:
         raise OSError(e.errno, f"output_dir {folder} is not writable ({e.strerror})") from None
-
-
-def keep_rows_until(metrics_path: Path, step: int) -> None:
-    """Drop the rows of steps after ``step`` (logged by a run that was then resumed from an
-    earlier checkpoint, and about to be logged again) and a half-written last line."""
-    if not metrics_path.exists():
-        return
-    lines = metrics_path.read_text().splitlines(keepends=True)
-    kept = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get("step", 0) <= step and line.endswith("\n"):
-            kept.append(line)
-    if kept != lines:
-        write_atomic(metrics_path, lambda f: f.write("".join(kept).encode()))
 
 
 class Trainer:
@@ -241,6 +225,8 @@ class Trainer:
         self.data_state = DataState()
         #: optimiser steps skipped for a non-finite loss (kept in checkpoints)
         self.nonfinite_skipped = 0
+        #: seconds spent in the training loop, over all sessions of a resumed run
+        self.elapsed_s = 0.0
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -266,7 +252,10 @@ class Trainer:
                     world_size=self.dist.world,
                     config=to_dict(self.cfg),
                     keep=self.cfg.train.keep_checkpoints,
-                    extra={"nonfinite_skipped": self.nonfinite_skipped},
+                    extra={
+                        "nonfinite_skipped": self.nonfinite_skipped,
+                        "elapsed_s": self.elapsed_s,
+                    },
                 )
             except OSError as e:  # a full disk: the write was atomic, the last one stands
                 kept = checkpoint.list_checkpoints(self.ckpt_dir)
@@ -301,6 +290,7 @@ class Trainer:
         self.data_state = DataState(**mine["data"])
         self.step = ckpt.step
         self.nonfinite_skipped = int(ckpt.extra.get("nonfinite_skipped", 0))
+        self.elapsed_s = float(ckpt.extra.get("elapsed_s", 0.0))
         log.info("resumed from %s at step %d", ckpt.path, self.step)
 
     def _maybe_resume(self) -> None:
@@ -411,42 +401,49 @@ class Trainer:
         """Train to ``train.max_steps``; returns the last logged metrics."""
         cfg, tc = self.cfg, self.cfg.train
         self._maybe_resume()
-        metrics_path = self.out / "metrics.jsonl"
+        metrics: MetricsLog | None = None
         if self.dist.main:
             self.out.mkdir(parents=True, exist_ok=True)
             save_config(cfg, self.out / "config.yaml")
-            # what a killed run left: half-written files, and rows past the resumed step
+            # what a killed run left: half-written files (MetricsLog drops its rows and
+            # hides its events past the resumed step)
             stale = checkpoint.remove_temporaries(self.ckpt_dir)
-            stale += remove_temporaries(metrics_path) + remove_temporaries(self.out / "config.yaml")
+            stale += remove_temporaries(self.out / METRICS_FILE)
+            stale += remove_temporaries(self.out / "config.yaml")
             if stale:
                 log.info("removed %d temporary files of an interrupted run", len(stale))
-            keep_rows_until(metrics_path, self.step)
+            metrics = MetricsLog(self.out, self.step, tensorboard=tc.tensorboard,
+                                 config_text=(self.out / "config.yaml").read_text())  # fmt: skip
         agree = self._agree if self.dist.world > 1 else None
         self.loader = Loader(self.stream, cfg.data.num_workers, self.data_state, agree)
         batches = iter(self.loader)
-        bar = tqdm(
+        bar = progress_bar(
             total=tc.max_steps,
             initial=self.step,
-            disable=not (tc.progress and self.dist.main),
-            desc="pretrain",
-            dynamic_ncols=True,
+            desc=self.out.name or "train",
+            unit="step",
+            every=tc.log_every,
+            enabled=tc.progress and self.dist.main,
         )
-        metrics_file = metrics_path.open("a") if self.dist.main else None
         last: dict[str, Any] = {}
         samples = 0
+        step_samples = tc.grad_accum * cfg.data.batch_size * self.dist.world
         end = min(tc.max_steps, tc.stop_at) if tc.stop_at > 0 else tc.max_steps
-        t0 = time.perf_counter()
+        t0 = tick = time.perf_counter()
         try:
             while self.step < end:
                 terms = self.train_step(batches)
+                now = time.perf_counter()
+                self.elapsed_s, tick = self.elapsed_s + now - tick, now
                 if terms is None:  # a non-finite loss, skipped
                     continue
-                samples += tc.grad_accum * cfg.data.batch_size * self.dist.world
-                bar.update(1)
+                samples += step_samples
                 if self.step % tc.log_every == 0 or self.step == end:
-                    dt = time.perf_counter() - t0
+                    dt = now - t0
                     last = {
                         "step": self.step,
+                        "samples": self.step * step_samples,
+                        "elapsed_s": round(self.elapsed_s, 3),
                         "lr": self.scheduler.get_last_lr()[0],
                         **{k: round(v, 6) for k, v in terms.items()},
                         "samples_per_s": round(samples / dt, 2) if dt > 0 else math.nan,
@@ -454,11 +451,12 @@ class Trainer:
                         "nonfinite_skipped": self.nonfinite_skipped,
                         "epoch": self.loader.state.epoch,
                     }
-                    bar.set_postfix(loss=f"{terms['loss']:.3f}")
-                    if metrics_file is not None:
-                        metrics_file.write(json.dumps(last) + "\n")
-                        metrics_file.flush()
+                    bar.set_postfix(loss=f"{terms['loss']:.4g}",
+                                    samples_per_s=f"{last['samples_per_s']:.4g}")  # fmt: skip
+                    if metrics is not None:
+                        metrics.write(last)
                     samples, t0 = 0, time.perf_counter()
+                bar.update(1)  # after the postfix: a progress line shows this step's loss
                 if self.step % tc.ckpt_every == 0 or self.step == end:
                     self.save()
             skipped = self._skipped()
@@ -468,8 +466,8 @@ class Trainer:
             raise
         finally:
             bar.close()
-            if metrics_file is not None:
-                metrics_file.close()
+            if metrics is not None:
+                metrics.close()
         if skipped and self.dist.main:
             log.warning("%d bad samples were skipped (see warnings above)", skipped)
         return last

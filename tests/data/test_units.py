@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -147,6 +148,19 @@ def test_units_fit_writes_a_codebook_the_units_plugin_reads(tmp_path, capsys):
                        context=DataContext())  # fmt: skip
     ids = plugin.decode({"npy": _npy(x)}, {}, None)["unit_ids"].numpy()
     assert same_partition(ids, truth)
+
+
+def test_units_fit_logs_progress_lines_off_a_terminal(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MMPTM_PROGRESS", "auto")  # stderr is captured: not a terminal
+    x, _ = blobs(np.random.default_rng(0).uniform(-20, 20, (4, 3)), 10, 0.5)
+    spec = _shards(tmp_path, np.array_split(x, 8), bad=True)
+    argv = ["units", "fit", "--shards", spec, "--levels", "2", "--branch", "2",
+            "--out", str(tmp_path / "cb.npy")]  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="mmptm.progress"):
+        assert main(argv) == 0
+    lines = [r.getMessage().split(" |")[0] for r in caplog.records if r.name == "mmptm.progress"]
+    # the inner k-means loops (leave=False) leave no line; the bad samples were read too
+    assert lines == ["reading vectors: sample 10", "hierarchical k-means 2^2: leaf 4/4 (100%)"]
 
 
 def test_units_fit_errors_are_one_line(tmp_path, capsys):

@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 from conftest import ROOT, TEXT_MLM, cli_error, text_mlm_overrides, tiny_overrides
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mmptm.cli import main
 from mmptm.models import checkpoint
@@ -131,6 +132,9 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
         assert "step_00000006.pt" not in names and any(n.endswith(".tmp") for n in names)
     assert main([*argv, "resume=true"]) == 0  # from step 3
     assert [r["step"] for r in _rows(run)] == [1, 2, 3, 4, 5, 6]  # each step once
+    board = EventAccumulator(str(run))  # TensorBoard too (it hides the killed run's 4..)
+    board.Reload()
+    assert [e.step for e in board.Scalars("loss/loss")] == [1, 2, 3, 4, 5, 6]
     assert _losses(run) == _losses(uninterrupted)
     a, b = checkpoint.read(run).model, checkpoint.read(uninterrupted).model
     for name in a:

@@ -191,6 +191,7 @@ from mmptm.data.toyworld.views import write_parallel as write_parallel
 from mmptm.data.toyworld.views import write_regions as write_regions
 from mmptm.data.toyworld.views import write_vqa as write_vqa
 from mmptm.data.toyworld.vqa import ANSWER_TYPES, VqaQuestion, vqa_file_names, vqa_questions
+from mmptm.progress import progress_bar
 
 # The ``X as X`` imports above re-export names outside __all__ that were importable from here
 # before the split (the tests use some).
@@ -356,6 +357,7 @@ def generate(
     shard_size: int = 1000,
     views: Sequence[str] | None = None,
     voice: str = "builtin",
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
@@ -377,6 +379,7 @@ def generate(
     stay in the manifest.
 
     ``voice``: the speech view's synthesiser, ``builtin`` or ``espeak`` (``espeak-ng``).
+    ``progress``: a bar (or log lines, off a terminal) counting the views written per split.
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)
@@ -387,34 +390,41 @@ def generate(
     shards: dict[str, dict[str, list[str]]] = {view: {} for view in views}
     samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
-    for split, n in counts.items():
-        scenes = [sample_scene(seed, split, i) for i in range(n)]
-        for view in views:
-            write = ALL_VIEWS[view]
-            view_out = ViewOutput(out / view, split, shard_size)
-            write(scenes, view_out, cfg)
-            written = {Path(p) for paths in view_out.shards.values() for p in paths}
-            # a previous, larger run may have left more shards (or other languages); globbing
-            # readers would mix them in
-            ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
-            for old in (out / view).glob(f"{split}-*.tar"):
-                if ours.fullmatch(old.name) and old not in written:
-                    old.unlink()
+    with progress_bar(total=len(counts) * len(views), desc="toyworld", unit="view",
+                       enabled=progress) as bar:  # fmt: skip
+        for split, n in counts.items():
+            scenes = [sample_scene(seed, split, i) for i in range(n)]
+            for view in views:
+                bar.set_postfix(view=f"{split} {view}")
+                write = ALL_VIEWS[view]
+                view_out = ViewOutput(out / view, split, shard_size)
+                write(scenes, view_out, cfg)
+                written = {Path(p) for paths in view_out.shards.values() for p in paths}
+                # a previous, larger run may have left more shards (or other languages); globbing
+                # readers would mix them in
+                ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
+                for old in (out / view).glob(f"{split}-*.tar"):
+                    if ours.fullmatch(old.name) and old not in written:
+                        old.unlink()
 
-            def rel(paths: list[str]) -> list[str]:
-                return [Path(p).relative_to(out).as_posix() for p in paths]
+                def rel(paths: list[str]) -> list[str]:
+                    return [Path(p).relative_to(out).as_posix() for p in paths]
 
-            shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
-            samples[view][split] = sum(view_out.samples.values())
-            if None not in view_out.shards:
-                by_language.setdefault(view, {})[split] = {
-                    lang: {"shards": rel(view_out.shards[lang]), "samples": view_out.samples[lang]}
-                    for lang in view_out.shards
-                }
-        if split == "train":
-            for lang in languages:
-                lines = "".join(describe(s, lang) + "\n" for s in scenes)
-                _write_atomic(out / "text" / f"{lang}.txt", lines)
+                shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
+                samples[view][split] = sum(view_out.samples.values())
+                if None not in view_out.shards:
+                    by_language.setdefault(view, {})[split] = {
+                        lang: {
+                            "shards": rel(view_out.shards[lang]),
+                            "samples": view_out.samples[lang],
+                        }
+                        for lang in view_out.shards
+                    }
+                bar.update(1)
+            if split == "train":
+                for lang in languages:
+                    lines = "".join(describe(s, lang) + "\n" for s in scenes)
+                    _write_atomic(out / "text" / f"{lang}.txt", lines)
     manifest = {
         "generator": "toyworld",
         "version": GENERATOR_VERSION,
