@@ -50,6 +50,11 @@ def retrieval_heads(model: PretrainModel) -> tuple[Contrastive | None, ImageText
     return contrastive, itm
 
 
+def objective_types(model: PretrainModel) -> str:
+    """``name (type), ...`` of the model's objectives, for error messages."""
+    return ", ".join(f"{n} ({c.type})" for n, c in model.cfg.objectives.items()) or "none"
+
+
 def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
     """The item and query sides of ``model``, with the keys ``stream`` gives each."""
     contrastive, itm = retrieval_heads(model)
@@ -310,6 +315,11 @@ def evaluate_retrieval(
     model, tokenizer, cfg = load_pretrained(path, overrides)
     dev = torch.device(device)
     model.to(dev)
+    if rerank_k and retrieval_heads(model)[1] is None:
+        raise ValueError(
+            "--rerank-k re-ranks with an ITM head (a fusion model, ALBEF style); this model's "
+            f"objectives are {objective_types(model)}"
+        )
     if captions > 1:
         if rerank_k:
             raise ValueError("--rerank-k is not supported with --captions > 1")

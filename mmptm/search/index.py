@@ -37,10 +37,11 @@ from mmptm.batch import KEY, RECORD
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.pipeline import StreamConfig, SubSource, single_pass
 from mmptm.data.shards import count_samples, expand_shards, read_sample
+from mmptm.eval.retrieval import objective_types
 from mmptm.modalities.base import Sample
 from mmptm.modalities.sentences import every_segment
 from mmptm.registry import MODALITIES
-from mmptm.search.sides import DualEncoder, objective_types, text_sample
+from mmptm.search.sides import DualEncoder, text_sample
 from mmptm.search.store import (
     FORMAT,
     VERSION,

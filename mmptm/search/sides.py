@@ -23,7 +23,7 @@ import torch
 
 from mmptm.batch import KEY
 from mmptm.data.decode import Collate, Decoder
-from mmptm.eval.retrieval import Sides, embed_rows, itm_scores, retrieval_heads
+from mmptm.eval.retrieval import Sides, embed_rows, itm_scores, objective_types, retrieval_heads
 from mmptm.modalities.base import DataContext, Modality, Sample, build_modalities
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
@@ -159,8 +159,3 @@ class DualEncoder:
             self.device, self.batch_size,
         )  # fmt: skip
         return scores.float().numpy()
-
-
-def objective_types(model: PretrainModel) -> str:
-    """``name (type), ...`` of the model's objectives, for error messages."""
-    return ", ".join(f"{n} ({c.type})" for n, c in model.cfg.objectives.items()) or "none"
