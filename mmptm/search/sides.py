@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -129,7 +130,7 @@ class DualEncoder:
         path = checkpoint.resolve(run)
         model, tokenizer, cfg = load_pretrained(str(path), overrides)
         ident = {
-            "run": str(run),
+            "run": str(Path(run).resolve()),
             "checkpoint": str(path.resolve()),
             "step": int(m.group(1)) if (m := checkpoint.CKPT_RE.match(path.name)) else 0,
             "fingerprint": fingerprint(model),
