@@ -214,3 +214,13 @@ def test_several_captions_protocol_matches_single_caption_ranks(tiny_world, tmp_
     for k in (1, 5, 10):
         assert three[f"t2i_R@{k}"] == pytest.approx(one[f"t2i_R@{k}"], abs=0.02)
     assert 0 < three["t2i_mAP@10"] <= 1 and 0 < three["i2t_mAP@10"] <= 1
+
+
+def test_rerank_without_an_itm_head_is_an_error(tiny_world, tmp_path):
+    cfg = load_run_config(
+        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        [*tiny_overrides(tiny_world, tmp_path, "clip_tiny"), "train.max_steps=1"],
+    )
+    pretrain(cfg)
+    with pytest.raises(ValueError, match=r"ITM head.*contrastive \(contrastive\)"):
+        evaluate_retrieval(str(tmp_path), split="val", max_items=8, rerank_k=4)
