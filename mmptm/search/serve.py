@@ -66,6 +66,8 @@ class HitOut(BaseModel):
     caption: str
     language: str | None
     has_thumbnail: bool
+    #: the ITM score when the hit was re-ranked (rerank_k); re-ranked hits come first
+    itm: float | None = None
     #: URL of the item's JPEG thumbnail (relative to the app), None without one
     thumbnail: str | None
 
@@ -148,8 +150,8 @@ def create_app(
             t0 = time.perf_counter()
             try:
                 out = fn(*args, **kwargs)
-            except KeyError as e:
-                raise HTTPException(404, f"unknown key {e.args[0] if e.args else ''!r}") from None
+            except KeyError as e:  # the index's message names the key
+                raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
             except ValueError as e:
                 raise HTTPException(400, str(e) or "bad request") from None
             return out, 1000 * (time.perf_counter() - t0)
@@ -172,12 +174,13 @@ def create_app(
         lang: str | None = lang_query,
         side: str | None = side_query,
         rerank_k: int = Query(0, description=f"re-rank this many with ITM, 0..{max_k}"),
+        query_lang: str | None = Query(None, description="the query's language (default: lang)"),
     ) -> SearchOut:
         """Text → items (by default the index's non-text side, e.g. images)."""
         _check_range("k", k, 1, max_k)
         _check_range("rerank_k", rerank_k, 0, max_k)
         found = call(index.search_text, q, k, lang=lang or None, side=side or None,
-                     rerank_k=rerank_k)  # fmt: skip
+                     rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
         return results("text", q, k, lang, side, found)
 
     @app.post(

@@ -36,6 +36,7 @@ class Hit:  # the fields of mmptm.search.index.Hit
     caption: str
     language: str | None
     has_thumbnail: bool
+    itm: float | None = None
 
 
 def jpeg(rgb: tuple[int, int, int], size: int = 24, fmt: str = "JPEG") -> bytes:
@@ -62,8 +63,13 @@ class FakeIndex:
             c: {"en": f"a {c} square", "de": f"ein {d} Quadrat"}
             for c, d in zip(COLOURS, ("rotes", "grünes", "blaues"))
         }
-        self.info = {"run": "runs/fake", "sides": ["image", "text"], "languages": ["en", "de"],
-                     "counts": {"image": 3, "text": 6}, "dim": 8}  # fmt: skip
+        self.info = {  # the shape of SearchIndex.info
+            "checkpoint": "runs/fake/ckpt.pt", "languages": ["de", "en"], "items": 3, "dim": 8,
+            "sides": {"image": {"partner": "text", "text": False, "n": 3, "languages": []},
+                      "text": {"partner": "image", "text": True, "n": 6,
+                               "languages": ["de", "en"]}},
+            "counts": {"items": 3, "image": 3, "text": 6}, "options": {"type": "flat"},
+        }  # fmt: skip
 
     def _hits(self, scores: dict[str, float], k: int, side: str, lang: str | None) -> list[Hit]:
         lang = self._lang(lang)
@@ -81,7 +87,7 @@ class FakeIndex:
             raise ValueError(f"unknown side {side!r}: the index has image, text")
         return side or default
 
-    def search_text(self, query, k=10, *, lang=None, side=None, rerank_k=0):
+    def search_text(self, query, k=10, *, lang=None, side=None, rerank_k=0, query_lang=None):
         time.sleep(self.delay)
         if not query.strip():
             raise ValueError("empty query")
@@ -108,11 +114,11 @@ class FakeIndex:
         return self._hits(scores, k, self._side(side, "image"), lang or item["languages"][0])
 
     def thumbnail(self, key):
-        return jpeg(COLOURS[key])
+        return jpeg(COLOURS[self.item(key)["key"]])
 
     def item(self, key):
         if key not in COLOURS:
-            raise KeyError(key)
+            raise KeyError(f"no item {key!r} in the index")
         return {"key": key, "captions": self.captions[key], "languages": ["en", "de"]}
 
 
@@ -124,8 +130,8 @@ def client() -> TestClient:
 def test_health_describes_the_index_and_the_limits(client):
     body = client.get("/api/health").json()
     assert body["status"] == "ok"
-    assert body["index"]["languages"] == ["en", "de"]
-    assert body["index"]["counts"] == {"image": 3, "text": 6}
+    assert body["index"]["languages"] == ["de", "en"]
+    assert body["index"]["counts"] == {"items": 3, "image": 3, "text": 6}
     assert body["max_k"] == MAX_K and body["max_upload_mb"] > 0
 
 
@@ -177,10 +183,10 @@ BAD_REQUESTS = [
     ("GET", "/api/search", {"q": "red", "side": "audio"}, 400, "unknown side 'audio'"),
     ("GET", "/api/search", {"q": "red", "rerank_k": 5}, 400, "no itm head"),
     ("GET", "/api/search", {"q": "red", "rerank_k": -1}, 400, "rerank_k must be between"),
-    ("GET", "/api/similar/nope", {}, 404, "unknown key 'nope'"),
+    ("GET", "/api/similar/nope", {}, 404, "no item 'nope' in the index"),
     ("GET", "/api/similar/red", {"k": 1000}, 400, "k must be between"),
-    ("GET", "/api/thumb/nope", {}, 404, "unknown key 'nope'"),
-    ("GET", "/api/item/nope", {}, 404, "unknown key 'nope'"),
+    ("GET", "/api/thumb/nope", {}, 404, "no item 'nope' in the index"),
+    ("GET", "/api/item/nope", {}, 404, "no item 'nope' in the index"),
     ("POST", "/api/search/image", {}, 400, "multipart/form-data"),
 ]
 

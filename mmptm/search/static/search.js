@@ -206,13 +206,15 @@ function fill(select, values, labels) {
 }
 
 function describe(info) {
-  // index.json's facts, whichever of them this index has
+  // SearchIndex.info: index.json plus per side its vector count and languages
   const parts = [];
-  const counts = info.counts || {};
-  for (const [side, n] of Object.entries(counts)) parts.push(`${n} ${side}${n === 1 ? "" : "s"}`);
+  if (info.items !== undefined) parts.push(`${info.items} items`);
+  for (const [name, side] of Object.entries(info.sides || {})) {
+    if (side.n !== undefined) parts.push(`${side.n} ${name} vectors`);
+  }
   if (info.languages && info.languages.length) parts.push(`languages ${info.languages.join(", ")}`);
-  if (info.run) parts.push(`model ${info.run}`);
-  if (info.index_type) parts.push(`FAISS ${info.index_type}`);
+  if (info.checkpoint) parts.push(`model ${info.checkpoint}`);
+  if (info.options && info.options.type) parts.push(`FAISS ${info.options.type}`);
   if (info.dim) parts.push(`${info.dim}-d`);
   return parts.join(" · ");
 }
@@ -224,11 +226,11 @@ async function init() {
     const info = health.index || {};
     state.maxUploadMb = health.max_upload_mb || state.maxUploadMb;
     state.k = Math.min(state.k, health.max_k || state.k);
+    // no language: the model's own for captions shown, every language on a text side
     const langs = info.languages || [];
-    fill(els.lang, langs, langs);
-    els.lang.disabled = langs.length < 2;
+    fill(els.lang, ["", ...langs], ["all languages", ...langs]);
     els.lang.hidden = langs.length === 0;
-    const sides = info.sides || [];
+    const sides = Object.keys(info.sides || {});
     if (sides.length > 1) {
       fill(els.side, ["", ...sides], ["any side", ...sides.map((s) => `find ${s}s`)]);
       els.side.hidden = false;
