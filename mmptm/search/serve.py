@@ -358,7 +358,9 @@ def serve(
     if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback:
         log.warning("listening on %s: anyone who can reach it can query the index", host)
     on_ready(url_of(sock))
-    _server(create_app(index), log_level).run(sockets=[sock])
+    # uvicorn shuts down gracefully on Ctrl+C, then raises it again: that is the normal end
+    with contextlib.suppress(KeyboardInterrupt):
+        _server(create_app(index), log_level).run(sockets=[sock])
 
 
 @contextlib.contextmanager

@@ -120,6 +120,7 @@ async function request(url, init) {
 function fail(message) {
   els.results.classList.remove("loading");
   els.results.replaceChildren();
+  els.empty.hidden = true;
   setStatus("");
   showError(message);
 }
