@@ -28,6 +28,9 @@ WORKER = "__worker__"
 SKIPPED = "__skipped__"
 #: an end-of-epoch marker a loader worker sends after its last batch
 END = "__end__"
+#: per row, what ``Decoder.record`` kept of the raw sample (a list; e.g. a search index's
+#: captions and thumbnail)
+RECORD = "__record__"
 
 
 def is_meta(key: str) -> bool:
@@ -69,6 +72,7 @@ __all__ = [
     "END",
     "KEY",
     "PAIRS",
+    "RECORD",
     "SKIPPED",
     "SOURCE",
     "TASK",

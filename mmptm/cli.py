@@ -8,6 +8,8 @@ mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
+mmptm index RUN --shards SPEC --out DIR [--add] [--index-type flat|ivf|hnsw]
+mmptm retrieve INDEX "a red circle" | --image FILE | --key KEY [-k 10] [--lang de] [--json]
 mmptm serve INDEX [--host 127.0.0.1] [--port 8000] [--device cpu] [--run RUN]
 mmptm demo [--out runs/demo] [key=value ...]
 """
@@ -269,6 +271,63 @@ def _eval_reversal(args: argparse.Namespace) -> int:
     print(f"{name}: reversal accuracy {100 * result['reversal_acc']:.1f}% over "
           f"{int(result['n'])} clips (a bag of frames scores 50%)")  # fmt: skip
     print(json.dumps(result))
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    from mmptm.search.index import build_index
+    from mmptm.search.store import IndexOptions
+
+    fields = ("type", "nlist", "m", "ef_construction", "nprobe", "ef", "train_size")
+    given = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+    summary = build_index(
+        args.run, args.shards, args.out, add=args.add,
+        options=IndexOptions(**given) if given else None, batch_size=args.batch_size,
+        workers=args.workers, device=args.device, thumbnail_size=args.thumbnail_size,
+        overrides=args.overrides,
+    )  # fmt: skip
+    print(f"{summary['added']} items → {args.out} ({summary['items']} in all; skipped: "
+          f"{summary['skipped']}) in {summary['seconds']} s")  # fmt: skip
+    print(json.dumps(summary, ensure_ascii=False))
+    return 0
+
+
+def _retrieve(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from mmptm.search.index import SearchIndex, format_hits
+
+    asked = [n for n, v in (("QUERY", args.query), ("--image", args.image), ("--key", args.key))
+             if v is not None]  # fmt: skip
+    if len(asked) != 1:
+        raise ValueError(f"give one of QUERY, --image FILE, --key KEY (got {asked or 'none'})")
+    if asked[0] != "QUERY" and (args.rerank_k or args.query_lang):
+        raise ValueError(f"--rerank-k and --query-lang go with a text QUERY, not {asked[0]}")
+    image = Path(args.image).read_bytes() if args.image else None
+    index = SearchIndex.open(args.index, device=args.device, run=args.run)
+    if args.nprobe is not None or args.ef is not None:
+        index.set_search(nprobe=args.nprobe, ef=args.ef)
+    common = dict(k=args.k, side=args.side, lang=args.lang)
+    t0 = time.perf_counter()
+    try:
+        if image is not None:
+            hits = index.search_image(image, **common)
+        elif args.key is not None:
+            hits = index.search_key(args.key, **common)
+        else:
+            hits = index.search_text(
+                args.query, rerank_k=args.rerank_k, query_lang=args.query_lang, **common
+            )
+    except KeyError as e:  # an unknown item key
+        raise ValueError(e.args[0]) from None
+    ms = 1000 * (time.perf_counter() - t0)
+    if args.json:
+        query = {"text": args.query, "image": args.image, "key": args.key}
+        out = {"query": query, "ms": round(ms, 2), "hits": [asdict(h) for h in hits]}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(format_hits(hits))
+        print(f"{len(hits)} hits in {ms:.1f} ms")
     return 0
 
 
@@ -630,6 +689,80 @@ def build_parser() -> argparse.ArgumentParser:
     xr.add_argument("--pivot", default="en")
     xr.add_argument("--max-items", type=int, default=500, help="pairs per language")
     xr.set_defaults(fn=_eval_xret)
+
+    ix = sub.add_parser("index", help="embed a collection with a dual encoder into a FAISS index")
+    ix.add_argument("run", help="run directory or checkpoint file (CLIP, ALBEF, text↔text ...)")
+    ix.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    ix.add_argument("--shards", required=True, help="shard spec (glob, brace, dir, commas)")
+    ix.add_argument("--out", required=True, help="index directory (new, or with --add)")
+    ix.add_argument(
+        "--add",
+        action="store_true",
+        help="append to the index at --out (same run; known keys are skipped)",
+    )
+    ix.add_argument(
+        "--index-type",
+        dest="type",
+        choices=["flat", "ivf", "hnsw"],
+        default=None,
+        help="flat: exact (default); ivf / hnsw: approximate, for large collections",
+    )
+    ix.add_argument("--nlist", type=int, default=None, help="ivf cells (default 4·√N)")
+    ix.add_argument("--m", type=int, default=None, help="hnsw links per node (default 32)")
+    ix.add_argument("--ef-construction", type=int, default=None, help="hnsw (default 80)")
+    ix.add_argument(
+        "--nprobe",
+        type=int,
+        default=None,
+        help="ivf cells visited per query, stored as the default (32)",
+    )
+    ix.add_argument(
+        "--ef", type=int, default=None, help="hnsw candidates per query, stored as the default (64)"
+    )
+    ix.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        help="ivf: k-means on at most this many vectors (default 256·nlist)",
+    )
+    ix.add_argument("--batch-size", type=int, default=128)
+    ix.add_argument("--workers", type=int, default=0, help="loader worker processes (decoding)")
+    ix.add_argument("--device", default="cpu")
+    ix.add_argument("--thumbnail-size", type=int, default=128, help="longest side, pixels")
+    ix.set_defaults(fn=_index)
+
+    rt = sub.add_parser("retrieve", help="query an index: text, an image file, or an item key")
+    rt.add_argument("index", help="index directory (`mmptm index`)")
+    rt.add_argument("query", nargs="?", default=None, help="text query (any language)")
+    rt.add_argument("--image", default=None, help="image file as the query")
+    rt.add_argument("--key", default=None, help="more like this item")
+    rt.add_argument("-k", type=int, default=10, help="hits (default 10)")
+    rt.add_argument(
+        "--lang",
+        default=None,
+        help="captions shown in this language; on a text side, the language "
+        "searched (default: all)",
+    )
+    rt.add_argument("--query-lang", default=None, help="the query's language (default --lang)")
+    rt.add_argument(
+        "--side", default=None, help="the side searched (default: items for text, text for images)"
+    )
+    rt.add_argument(
+        "--rerank-k",
+        type=int,
+        default=0,
+        help="re-rank the top K with the model's ITM head (ALBEF)",
+    )
+    rt.add_argument("--nprobe", type=int, default=None, help="ivf: cells visited per query")
+    rt.add_argument("--ef", type=int, default=None, help="hnsw: candidates per query")
+    rt.add_argument(
+        "--run",
+        default=None,
+        help="the run to load (default: the checkpoint the index was built with)",
+    )
+    rt.add_argument("--device", default="cpu")
+    rt.add_argument("--json", action="store_true", help="print the hits as JSON")
+    rt.set_defaults(fn=_retrieve)
 
     sv = sub.add_parser("serve", help="the search page and JSON API over an `mmptm index` dir")
     sv.add_argument("index", help="directory written by `mmptm index`")

@@ -32,6 +32,7 @@ __all__ = [
     "count_samples",
     "encode_member",
     "expand_shards",
+    "read_sample",
     "tar_samples",
 ]
 
@@ -119,6 +120,39 @@ def count_samples(urls: Iterable[str]) -> int:
         st = os.stat(u)
         total += _count(u, st.st_size, st.st_mtime)
     return total
+
+
+@lru_cache(maxsize=64)
+def _members(url: str, size: int, mtime: float) -> dict[str, dict[str, tuple[int, int]]]:
+    """key → {extension: (data offset, size)} of a shard, grouped as webdataset groups."""
+    from webdataset.tariterators import base_plus_ext
+
+    found: dict[str, dict[str, tuple[int, int]]] = {}
+    with tarfile.open(url) as tar:
+        for m in tar:
+            key, ext = base_plus_ext(m.name) if m.isreg() else (None, None)
+            if key is not None:
+                found.setdefault(key, {})[ext.lower()] = (m.offset_data, m.size)
+    return found
+
+
+def read_sample(url: str, key: str) -> Sample:
+    """One sample of a shard by its key, as :func:`tar_samples` would give it.
+
+    Random access: the shard's headers are read once per file version (cached), then only
+    the sample's members. ``KeyError`` if the shard has no such sample, ``OSError`` if the
+    shard is gone.
+    """
+    st = os.stat(url)
+    members = _members(url, st.st_size, st.st_mtime).get(key)
+    if members is None:
+        raise KeyError(f"sample {key!r} is not in {url}")
+    sample: Sample = {"__key__": key, "__url__": url}
+    with open(url, "rb") as f:
+        for ext, (offset, size) in members.items():
+            f.seek(offset)
+            sample[ext] = f.read(size)
+    return sample
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class Sides:
     queries: str = ""
 
 
-def _heads(model: PretrainModel) -> tuple[Contrastive | None, ImageTextMatching | None]:
+def retrieval_heads(model: PretrainModel) -> tuple[Contrastive | None, ImageTextMatching | None]:
     """The model's first contrastive and first ITM head; at least one must exist."""
     heads = model.objectives.values()
     contrastive = next((o for o in heads if isinstance(o, Contrastive)), None)
@@ -52,7 +52,7 @@ def _heads(model: PretrainModel) -> tuple[Contrastive | None, ImageTextMatching 
 
 def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
     """The item and query sides of ``model``, with the keys ``stream`` gives each."""
-    contrastive, itm = _heads(model)
+    contrastive, itm = retrieval_heads(model)
 
     def keys(encoders: Iterable[str]) -> tuple[str, ...]:
         views = [v for e in encoders for v in model.encoders[e].data_needs()]
@@ -142,6 +142,29 @@ def _take(data: dict[str, Any], keys: Sequence[str], idx: torch.Tensor) -> dict[
 
 
 @torch.no_grad()
+def embed_rows(
+    model: PretrainModel,
+    head: Contrastive,
+    data: dict[str, Any],
+    keys: Sequence[str],
+    side: str,
+    device: torch.device,
+    batch_size: int,
+) -> torch.Tensor:
+    """Normalised embeddings [N,E] (on ``device``) of one side of the rows of ``data``.
+
+    Only ``keys`` (that side's inputs) are read, ``batch_size`` rows at a time, so a
+    side is encoded alone: the one embedding loop of retrieval and of search indexes.
+    """
+    n = len(data[KEY])
+    out = []
+    for s in range(0, n, batch_size):
+        idx = torch.arange(s, min(s + batch_size, n))
+        out.append(head.embed(model.fuse(move_to(_take(data, keys, idx), device)), side))
+    return torch.cat(out)
+
+
+@torch.no_grad()
 def itm_scores(
     head: ImageTextMatching,
     model: PretrainModel,
@@ -180,22 +203,15 @@ def similarity(
     head: ITM scores every pair (quadratic).
     """
     n = len(data[KEY])
-    contrastive, itm = _heads(model)
+    contrastive, itm = retrieval_heads(model)
     if contrastive is None:
         img_P = torch.arange(n).repeat_interleave(n)
         txt_P = torch.arange(n).repeat(n)
         full = itm_scores(itm, model, data, sides, img_P, txt_P, device, batch_size).view(n, n)
         return full, full
-    img, txt = [], []
-    for s in range(0, n, batch_size):
-        idx = torch.arange(s, min(s + batch_size, n))
-        for keys, side, dest in (
-            (sides.item_keys, sides.items, img),
-            (sides.query_keys, sides.queries, txt),
-        ):
-            out = model.fuse(move_to(_take(data, keys, idx), device))
-            dest.append(contrastive.embed(out, side))
-    first = (torch.cat(img) @ torch.cat(txt).T).cpu()
+    img = embed_rows(model, contrastive, data, sides.item_keys, sides.items, device, batch_size)
+    txt = embed_rows(model, contrastive, data, sides.query_keys, sides.queries, device, batch_size)
+    first = (img @ txt.T).cpu()
     if itm is None or rerank_k <= 0:
         return first, first
     k = min(rerank_k, n)
@@ -221,19 +237,16 @@ def pair_scores(
 ) -> torch.Tensor:
     """Scores [N] of the pairs (item i, text i): contrastive dot products, else ITM."""
     n = len(data[KEY])
-    contrastive, itm = _heads(model)
+    contrastive, itm = retrieval_heads(model)
     if contrastive is None:
         assert itm is not None
         idx = torch.arange(n)
         return itm_scores(itm, model, data, sides, idx, idx, device, batch_size)
-    out = []
-    for s in range(0, n, batch_size):
-        idx = torch.arange(s, min(s + batch_size, n))
-        z = []
-        for keys, side in ((sides.item_keys, sides.items), (sides.query_keys, sides.queries)):
-            z.append(contrastive.embed(model.fuse(move_to(_take(data, keys, idx), device)), side))
-        out.append((z[0] * z[1]).sum(-1).cpu())
-    return torch.cat(out)
+    z_items = embed_rows(model, contrastive, data, sides.item_keys, sides.items, device, batch_size)
+    z_texts = embed_rows(
+        model, contrastive, data, sides.query_keys, sides.queries, device, batch_size
+    )
+    return (z_items * z_texts).sum(-1).cpu()
 
 
 def evaluate_reversal(
@@ -331,17 +344,13 @@ def _first_batch(model, tokenizer, cfg, split, shards, max_items, text=None):
 def _evaluate_multi(model, tokenizer, cfg, split, shards, max_items, batch_size, dev, captions):
     """Items embedded once; their captions number 0..captions-1 embedded in turn (a sample
     without caption j is skipped for that round); rows matched to items by sample key."""
-    contrastive, _ = _heads(model)
+    contrastive, _ = retrieval_heads(model)
     if contrastive is None:
         raise ValueError("the several-captions protocol needs a contrastive (dual encoder) head")
     base = cfg.data.modalities.get("text") or TextData.Config()
 
     def embed(data: dict[str, Any], keys: Sequence[str], side: str) -> torch.Tensor:
-        rows = []
-        for s in range(0, len(data[KEY]), batch_size):
-            idx = torch.arange(s, min(s + batch_size, len(data[KEY])))
-            rows.append(contrastive.embed(model.fuse(move_to(_take(data, keys, idx), dev)), side))
-        return torch.cat(rows).cpu()
+        return embed_rows(model, contrastive, data, keys, side, dev, batch_size).cpu()
 
     data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items, base)
     sides = retrieval_sides(model, stream)

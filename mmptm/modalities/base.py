@@ -106,6 +106,13 @@ class Modality:
         """Batch-level stages this modality adds to the pipeline (default: none)."""
         return []
 
+    @classmethod
+    def preview(cls, sample: Sample, size: int) -> Any:
+        """A picture of the sample for people (a PIL RGB image, longest side <= ``size``), or
+        None when this plug-in has nothing to show (the default). A search index stores it
+        as the item's thumbnail. Raises ``ValueError`` for a member it cannot read."""
+        return None
+
 
 def find_member(sample: Sample, extensions: Iterable[str]) -> str | None:
     """The first of ``extensions`` the sample has as a member."""

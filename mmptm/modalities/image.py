@@ -82,6 +82,20 @@ class ImageData(Modality):
         key = self.prefix(self.views[0]) + "pixels"
         return {key: torch.stack([s[key] for s in samples])}
 
+    @classmethod
+    def preview(cls, sample: Sample, size: int) -> Image.Image | None:
+        ext = find_member(sample, cls.members)
+        if ext is None:
+            return None
+        try:
+            with Image.open(io.BytesIO(sample[ext])) as img:
+                img.draft("RGB", (size, size))  # JPEG: decode at a reduced scale, much faster
+                picture = img.convert("RGB")
+        except (OSError, Image.DecompressionBombError) as e:
+            raise ValueError(f"{ext}: cannot decode the image: {e}") from None
+        picture.thumbnail((size, size), Image.BICUBIC)
+        return picture
+
 
 # --------------------------------------------------------------------------------------------
 # Shared with the video plug-in (a clip is a stack of images)

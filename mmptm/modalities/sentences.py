@@ -87,6 +87,36 @@ def segments(
     raise ValueError(f"no text: no caption in {list(caption_languages)}, no pair, no txt member")
 
 
+def every_segment(
+    sample: Sample, meta: Mapping[str, Any], captions_field: str = "captions"
+) -> list[Segment]:
+    """Every sentence a sample gives as a text view, with its language ("" when unknown).
+
+    What a search index stores of a sample: each caption in each language (every caption of a
+    language with several), both sentences of a pair, NLI's premise and hypothesis, a
+    question, or the ``txt`` member (:func:`segments` picks one of these per sample); none
+    for a sample without text (an image collection without captions).
+    """
+    captions = meta.get(captions_field)
+    other = any(k in meta for k in ("question", "premise", "texts"))
+    if other or not captions:
+        return segments(sample, meta, (), None, captions_field) if other or "txt" in sample else []
+    if not isinstance(captions, dict):
+        raise ValueError(f"json {captions_field!r} must map languages to captions")
+    out = []
+    for lang, caption in captions.items():
+        if isinstance(caption, list):
+            out += [
+                Segment(_caption(c, captions_field, lang), lang, (captions_field, lang, i))
+                for i, c in enumerate(caption)
+            ]
+        elif caption:
+            out.append(
+                Segment(_caption(caption, captions_field, lang), lang, (captions_field, lang))
+            )
+    return out
+
+
 def _caption(value: Any, field: str, lang: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"json {field}[{lang!r}] holds a {type(value).__name__}, not a string")

@@ -490,6 +490,21 @@ class VideoData(Modality):
         mask_BT = torch.arange(T)[None, :] < lengths[:, None]
         return {p + "frames": frames_BTCHW, p + "frames_mask": mask_BT}
 
+    @classmethod
+    def preview(cls, sample: Sample, size: int) -> Image.Image | None:
+        """The clip's middle frame (short side to ``size``, centre crop); images are left to
+        the image plug-in."""
+        ext = find_member(sample, VIDEO_MEMBERS)
+        if ext is None:
+            return None
+        try:
+            (frame_HWC,) = decode_clip(
+                sample[ext], lambda n, rate: clip_times(n, rate, 1), size=size
+            )
+        except ValueError as e:
+            raise ValueError(f"{ext}: {e}") from None
+        return Image.fromarray(frame_HWC)
+
 
 def _read_image(data: bytes, ext: str, size: int, interpolation: str, max_side: int) -> np.ndarray:
     """An image member as one frame: short side to ``size``, centre crop, uint8 ``[S,S,3]``."""
