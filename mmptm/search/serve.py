@@ -381,3 +381,38 @@ def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[st
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+# --------------------------------------------------------------------------------------------
+# looking at the page headlessly (the browser test, the README's screenshot)
+
+#: Debian's ``chromium`` package
+CHROMIUM = "/usr/bin/chromium"
+#: headless and quiet: without the networking flags Chromium keeps calling Google's services
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def chromium(profile: str | Path, executable: str = CHROMIUM, **options: Any) -> Iterator[Any]:
+    """A headless Chromium with a fresh profile in ``profile``, driven by Playwright (a dev
+    dependency); yields its BrowserContext. ``options``: Playwright's context options
+    (``viewport`` ...)."""
+    if not Path(executable).exists():
+        raise FileNotFoundError(
+            f"no Chromium at {executable}: install Debian's (apt-get install -y chromium "
+            "chromium-driver) or give the path of another"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, headless=True, args=list(CHROMIUM_FLAGS),
+            **options,
+        )  # fmt: skip
+        try:
+            yield context
+        finally:
+            context.close()
