@@ -263,6 +263,17 @@ def test_openapi_schema_and_no_cdn_pages(client):
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|@font-face", text), path
 
 
+def test_answers_over_a_socket_do_not_wait_for_delayed_acks():
+    # with Nagle on, each small answer waited for the client's delayed ACK (~40 ms)
+    with running(create_app(FakeIndex())) as url, httpx.Client(base_url=url) as http:
+        times = []
+        for _ in range(21):
+            t0 = time.perf_counter()
+            assert http.get("api/health").status_code == 200
+            times.append(time.perf_counter() - t0)
+    assert sorted(times)[10] < 0.02, times
+
+
 def test_a_slow_search_does_not_block_the_server():
     with running(create_app(FakeIndex(delay=1.5))) as url:
         slow = threading.Thread(target=httpx.get, args=(f"{url}api/search?q=red",),
