@@ -11,6 +11,7 @@ install it (``.ci/run`` does: ``apt-get install -y chromium chromium-driver``).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -163,6 +164,24 @@ def test_search_page_in_chromium(browser, server, oracle, tmp_path):
     )
     page.screenshot(path=tmp_path / "search-by-image.png", full_page=True)
 
+    # or drop it on the page: an overlay shows while dragging, the drop searches
+    drag = page.evaluate_handle(
+        """b64 => {
+            const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+            const data = new DataTransfer();
+            data.items.add(new File([bytes], "dropped.jpg", {type: "image/jpeg"}));
+            return data;
+        }""",
+        base64.b64encode(oracle.images[j]).decode(),
+    )
+    page.dispatch_event("body", "dragenter", {"dataTransfer": drag})
+    assert page.locator("#drop").is_visible()
+    page.dispatch_event("body", "drop", {"dataTransfer": drag})
+    page.wait_for_function(DONE)
+    assert page.inner_text("#query-text") == "dropped.jpg"
+    assert not page.locator("#drop").is_visible()
+    assert _shown(page) == shown
+
     # click the first result: more like it (its image's neighbours, itself left out)
     clicked = shown[0][0]
     page.locator(".card").first.click()
@@ -171,8 +190,13 @@ def test_search_page_in_chromium(browser, server, oracle, tmp_path):
     c = oracle.keys.index(clicked)
     _check_top(_shown(page), oracle.img_NE @ oracle.img_NE[c], oracle.keys, exclude=clicked)
 
-    # the back button brings the text search back (the URL is the state)
-    page.go_back()
+    # the back button goes through the searches again: the dropped image, the uploaded
+    # one, the text query (its URL holds it)
+    for name in ("dropped.jpg", upload.name):
+        page.go_back()
+        page.wait_for_function(DONE)
+        assert page.inner_text("#query-text") == name
+        assert _shown(page) == shown
     page.go_back()
     page.wait_for_function(DONE)
     assert page.input_value("#q") == oracle.captions[i]

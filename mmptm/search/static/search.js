@@ -11,6 +11,8 @@ const els = {
   clear: $("clear"), info: $("info"), drop: $("drop"),
 };
 const state = { k: 24, maxUploadMb: 20, seq: 0, preview: null };
+// uploaded files by history entry, so that back and forward can search by them again
+const uploads = new Map();
 
 // ------------------------------------------------------------------------------ rendering
 
@@ -145,7 +147,7 @@ function searchKey(key) {
   return request(`api/similar/${encodeURIComponent(key)}?${params({})}`);
 }
 
-function searchImage(file) {
+function searchImage(file, fromHistory = false) {
   if (file.size > state.maxUploadMb * 1024 * 1024) {
     return fail(`${file.name} is ${(file.size / 1048576).toFixed(1)} MB: ` +
                 `the limit is ${state.maxUploadMb} MB.`);
@@ -154,7 +156,12 @@ function searchImage(file) {
   state.preview = URL.createObjectURL(file);
   showQuery(file.name, state.preview);
   els.q.value = "";
-  history.pushState(null, "", urlFor({}));
+  if (!fromHistory) {
+    const id = `${Date.now()}-${uploads.size}`;
+    uploads.set(id, file);
+    if (uploads.size > 20) uploads.delete(uploads.keys().next().value);
+    history.pushState({ upload: id }, "", urlFor({}));
+  }
   const form = new FormData();
   form.append("file", file);
   return request(`api/search/image?${params({})}`, { method: "POST", body: form });
@@ -186,6 +193,8 @@ function runFromUrl() {
   if (k > 0) state.k = k;
   if (p.get("q")) return searchText(p.get("q"));
   if (p.get("like")) return searchKey(p.get("like"));
+  const upload = history.state && uploads.get(history.state.upload);
+  if (upload) return searchImage(upload, true);
   reset();
 }
 
