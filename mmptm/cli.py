@@ -709,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ix.add_argument("--nlist", type=int, default=None, help="ivf cells (default 4·√N)")
     ix.add_argument("--m", type=int, default=None, help="hnsw links per node (default 32)")
-    ix.add_argument("--ef-construction", type=int, default=None, help="hnsw (default 80)")
+    ix.add_argument("--ef-construction", type=int, default=None, help="hnsw (default 40)")
     ix.add_argument(
         "--nprobe",
         type=int,
@@ -723,7 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--train-size",
         type=int,
         default=None,
-        help="ivf: k-means on at most this many vectors (default 256·nlist)",
+        help="ivf: k-means on at most this many vectors (default 64·nlist)",
     )
     ix.add_argument("--batch-size", type=int, default=128)
     ix.add_argument("--workers", type=int, default=0, help="loader worker processes (decoding)")

@@ -51,6 +51,7 @@ from mmptm.search.store import (
     prepare,
     read_meta,
     read_span,
+    remove_unreferenced,
     write_meta,
     write_part,
 )
@@ -173,8 +174,10 @@ def build_index(
     else:
         if (out / "index.json").exists():
             raise ValueError(f"{out} already holds an index: --add appends to it")
-        if out.exists() and any(out.iterdir()):
-            raise ValueError(f"--out {out} is a folder that is not empty")
+        if out.exists():
+            remove_unreferenced(out, {})  # the files of a first build that stopped half-way
+            if any(out.iterdir()):
+                raise ValueError(f"--out {out} is a folder that is not empty")
         options = options or IndexOptions()
     enc, ident = DualEncoder.load(run, overrides, device, batch_size)
     if add:

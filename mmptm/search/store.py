@@ -41,6 +41,8 @@ META = "index.json"
 INDEX_TYPES = ("flat", "ivf", "hnsw")
 #: k-means wants at least this many training vectors per IVF cell (FAISS warns below)
 MIN_POINTS_PER_CELL = 39
+#: IVF k-means trains on a sample of this many vectors per cell by default (FAISS: 39 to 256)
+TRAIN_PER_CELL = 64
 
 
 @dataclass
@@ -53,11 +55,11 @@ class IndexOptions:
     nlist: int = 0
     #: HNSW links per node, and candidates kept while building
     m: int = 32
-    ef_construction: int = 80
+    ef_construction: int = 40
     #: query time (defaults, overridable per search): IVF cells visited, HNSW candidates
     nprobe: int = 32
     ef: int = 64
-    #: IVF k-means trains on at most this many vectors (0 = 256 per cell), a seeded sample
+    #: IVF k-means trains on at most this many vectors (0 = 64 per cell), a seeded sample
     train_size: int = 0
 
     def __post_init__(self) -> None:
@@ -96,7 +98,7 @@ def new_index(opts: IndexOptions, x_NE: np.ndarray) -> tuple[faiss.Index, dict[s
     else:
         nlist = cells_for(opts, n)
         index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        want = opts.train_size or 256 * nlist
+        want = opts.train_size or TRAIN_PER_CELL * nlist
         pick = np.random.default_rng(0).permutation(n)[:want] if n > want else slice(None)
         index.train(np.ascontiguousarray(x_NE[pick]))
         settings = {"nlist": nlist, "trained_on": min(n, want)}
