@@ -132,7 +132,8 @@ def create_app(
 ) -> FastAPI:
     """The API and page over ``index``. Searches run in the thread pool (the event loop stays
     free for other requests) one at a time: the lock keeps the model's forward passes from
-    competing for the same cores and guards index state that need not be thread-safe."""
+    competing for the same cores. Thumbnails and items do not wait for it: SearchIndex reads
+    them from memory and with ``pread``, which threads may share."""
     app = FastAPI(
         title="mmptm search",
         summary="Text, image and more-like-this search over an `mmptm index` directory.",
@@ -143,28 +144,33 @@ def create_app(
     lock = threading.Lock()
     max_bytes = max_upload_mb * 1024 * 1024
 
-    def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
-        """``fn(*args, **kwargs)`` under the lock and its time in ms; the index's refusals
-        as HTTP errors."""
+    def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, with the index's refusals as HTTP errors."""
+        try:
+            return fn(*args, **kwargs)
+        except KeyError as e:  # the index's message names the key
+            raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
+        except ValueError as e:
+            raise HTTPException(400, str(e) or "bad request") from None
+
+    def search(fn: Callable[..., list[Hit]], *args: Any, **kwargs: Any) -> tuple[list, float]:
+        """The hits of one search, under the lock, and its time in ms."""
         with lock:
             t0 = time.perf_counter()
-            try:
-                out = fn(*args, **kwargs)
-            except KeyError as e:  # the index's message names the key
-                raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
-            except ValueError as e:
-                raise HTTPException(400, str(e) or "bad request") from None
-            return out, 1000 * (time.perf_counter() - t0)
+            hits = call(fn, *args, **kwargs)
+            return hits, 1000 * (time.perf_counter() - t0)
 
-    def results(kind: str, value: str, k: int, lang, side, hits_ms) -> SearchOut:
-        hits, ms = hits_ms
+    def results(
+        kind: str, value: str, k: int, lang: str | None, side: str | None, found: tuple
+    ) -> SearchOut:
+        hits, ms = found
         return SearchOut(
             query=kind, value=value, k=k, lang=lang, side=hits[0].side if hits else side,
             hits=[_hit(h) for h in hits], latency_ms=round(ms, 3),
         )  # fmt: skip
 
     k_query = Query(10, description=f"number of results, 1..{max_k}")
-    lang_query = Query(None, description="caption language (default: the index's first)")
+    lang_query = Query(None, description="caption language shown (on a text side: searched)")
     side_query = Query(None, description="side of the index to search (default: the other one)")
 
     @app.get("/api/search", response_model=SearchOut, responses=ERRORS)
@@ -179,8 +185,8 @@ def create_app(
         """Text → items (by default the index's non-text side, e.g. images)."""
         _check_range("k", k, 1, max_k)
         _check_range("rerank_k", rerank_k, 0, max_k)
-        found = call(index.search_text, q, k, lang=lang or None, side=side or None,
-                     rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
+        found = search(index.search_text, q, k, lang=lang or None, side=side or None,
+                       rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
         return results("text", q, k, lang, side, found)
 
     @app.post(
@@ -204,7 +210,7 @@ def create_app(
         name, data = await _read_upload(request, max_bytes, max_upload_mb)
         _check_image(name, data, max_image_pixels)
         found = await run_in_threadpool(
-            call, index.search_image, data, k, lang=lang or None, side=side or None
+            search, index.search_image, data, k, lang=lang or None, side=side or None
         )
         return results("image", name, k, lang, side, found)
 
@@ -214,7 +220,7 @@ def create_app(
     ) -> SearchOut:
         """More like this: the stored vector of item ``key`` → the nearest other items."""
         _check_range("k", k, 1, max_k)
-        found = call(index.search_key, key, k, lang=lang or None, side=side or None)
+        found = search(index.search_key, key, k, lang=lang or None, side=side or None)
         return results("key", key, k, lang, side, found)
 
     @app.get(
@@ -224,7 +230,7 @@ def create_app(
     )
     def thumbnail(key: str, request: Request) -> Response:
         """The item's JPEG thumbnail; cacheable (ETag, a day's max-age)."""
-        data, _ = call(index.thumbnail, key)
+        data = call(index.thumbnail, key)
         etag = f'"{hashlib.blake2b(data, digest_size=12).hexdigest()}"'
         headers = {"ETag": etag, "Cache-Control": "public, max-age=86400"}
         if request.headers.get("if-none-match") == etag:
@@ -234,8 +240,7 @@ def create_app(
     @app.get("/api/item/{key}", responses={404: ERRORS[404]})
     def item(key: str) -> dict[str, Any]:
         """Everything the index stores about one item (captions per language, json fields)."""
-        found, _ = call(index.item, key)
-        return jsonable_encoder(found)
+        return jsonable_encoder(call(index.item, key))
 
     @app.get("/api/health", response_model=HealthOut)
     def health() -> HealthOut:

@@ -282,8 +282,9 @@ def test_a_slow_search_does_not_block_the_server():
         time.sleep(0.2)
         t0 = time.perf_counter()
         assert httpx.get(f"{url}api/health", timeout=30).status_code == 200
+        assert httpx.get(f"{url}api/thumb/red", timeout=30).status_code == 200
         assert time.perf_counter() - t0 < 1.0
-        assert slow.is_alive()  # the health check did not wait for the search
+        assert slow.is_alive()  # neither waited for the search (nor for its lock)
         slow.join()
 
 
