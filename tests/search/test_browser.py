@@ -202,6 +202,13 @@ def test_search_page_in_chromium(browser, server, oracle, tmp_path):
     assert page.input_value("#q") == oracle.captions[i]
     _check_top(_shown(page), text_N, oracle.keys)
 
+    # another language re-runs the search: the same images, German captions
+    page.select_option("#lang", "de")
+    page.wait_for_function(DONE)
+    assert parse_qs(urlparse(page.url).query)["lang"] == ["de"]
+    assert set(page.locator(".card .caption").evaluate_all("cs => cs.map(c => c.lang)")) == {"de"}
+    _check_top(_shown(page), text_N, oracle.keys)  # clip_tiny has no language embeddings
+
     # errors are shown on the page, not in an alert, and the page keeps working
     page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))
     page.fill("#q", "x" * 1001)

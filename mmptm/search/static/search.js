@@ -186,8 +186,8 @@ function go(search) {  // a new search: into the history, then run it
 function runFromUrl() {
   const p = new URLSearchParams(location.search);
   for (const [name, el] of [["lang", els.lang], ["side", els.side]]) {
-    const v = p.get(name);
-    if (v !== null && [...el.options].some((o) => o.value === v)) el.value = v;
+    const v = p.get(name) || "";
+    el.value = [...el.options].some((o) => o.value === v) ? v : "";
   }
   const k = parseInt(p.get("k") || "", 10);
   if (k > 0) state.k = k;
@@ -262,8 +262,13 @@ for (const el of [els.lang, els.side]) {
   // a new language or side re-runs the current search
   el.addEventListener("change", () => {
     const p = new URLSearchParams(location.search);
+    const upload = history.state && uploads.get(history.state.upload);
     if (p.get("q")) go({ q: p.get("q") });
     else if (p.get("like")) go({ like: p.get("like") });
+    else if (upload) {
+      history.replaceState(history.state, "", urlFor({}));
+      searchImage(upload, true);
+    }
   });
 }
 els.file.addEventListener("change", () => {
