@@ -185,17 +185,60 @@ def build_index(
     else:
         out.mkdir(parents=True, exist_ok=True)
         meta = _new_meta(enc, ident, overrides, options, thumbnail_size)
-    known = {k for k in _item_lines(out, meta, "key")}
+    known = set(_item_lines(out, meta, "key"))
     first = len(known)
+    b = len(meta["batches"])
+    names = {"items": f"items-{b:05d}.jsonl", "thumbnails": f"thumbs-{b:05d}.tar"}
+    parts, n_new, skipped = _embed_collection(
+        enc, urls, out, names, known, batch_size, workers, thumbnail_size, t0
+    )
+    summary = {"out": str(out), "added": n_new, "skipped": skipped}
+    if not n_new:
+        (out / names["items"]).unlink()
+        (out / names["thumbnails"]).unlink()
+        if not add:
+            raise ValueError(f"{shards}: no sample gave a vector (skipped: {skipped})")
+        log.warning("nothing added to %s (skipped: %s)", out, skipped)
+        return {**summary, "items": first, "seconds": round(time.perf_counter() - t0, 1)}
+    _write_parts(out, meta, parts, options)
+    meta["batches"].append(
+        {**names, "n": n_new, "shards": shards, "skipped": skipped, "date": now()}
+    )
+    meta["counts"] = {"items": first + n_new}
+    for p in meta["parts"]:
+        meta["counts"][p["side"]] = meta["counts"].get(p["side"], 0) + p["n"]
+    meta["languages"] = sorted({p["lang"] for p in meta["parts"] if p["lang"] is not None})
+    meta["updated"] = now()
+    write_meta(out, meta)
+    by_part = {_label(p): p["n"] for p in meta["parts"]}
+    summary.update(items=first + n_new, parts=by_part, seconds=round(time.perf_counter() - t0, 1))
+    return summary
 
+
+#: per part (side, language or None): vectors [N,E] and rows (item, sentence) [N,2], in chunks
+Parts = dict[tuple[str, str | None], tuple[list[np.ndarray], list[np.ndarray]]]
+
+
+def _embed_collection(
+    enc: DualEncoder,
+    urls: list[str],
+    out: Path,
+    names: dict[str, str],
+    known: set[str],
+    batch_size: int,
+    workers: int,
+    thumbnail_size: int,
+    t0: float,
+) -> tuple[Parts, int, dict[str, int]]:
+    """One pass over the shards: every new item's vectors by part, its line in the items
+    file and its thumbnail. Returns the parts, the number of new items and what was skipped."""
     item_sides = [s for s in enc.sides.values() if not s.text]
     text_sides = [s for s in enc.sides.values() if s.text]
     plugins = [p for s in item_sides for p in s.plugins]
+    record = ItemRecord(enc.captions_field, thumbnail_size)
     stream = StreamConfig(
         sources=[SubSource("index", urls)],
-        decoder=Decoder(
-            plugins, train=False, record=ItemRecord(enc.captions_field, thumbnail_size)
-        ),
+        decoder=Decoder(plugins, train=False, record=record),
         collate=Collate(plugins),
         transforms=[],
         batch_size=batch_size,
@@ -203,10 +246,8 @@ def build_index(
         shuffle_buffer=0,
         drop_last=False,
     )
-    b = len(meta["batches"])
-    names = {"items": f"items-{b:05d}.jsonl", "thumbnails": f"thumbs-{b:05d}.tar"}
-    parts: dict[tuple[str, str | None], tuple[list[np.ndarray], list[np.ndarray]]] = {}
-    total = count_samples(urls)
+    parts: Parts = {}
+    first, total = len(known), count_samples(urls)
     n_new = seen = dup = textless = 0
     bar = tqdm(total=total, unit="sample", desc="index", disable=not sys.stderr.isatty())
     with (
@@ -228,46 +269,40 @@ def build_index(
                     keep.append(i)
             number_K = np.arange(first + n_new, first + n_new + len(keep))
             for s in item_sides:
-                z_KE = enc.embed(s.name, batch)[keep]
-                _collect(
-                    parts, (s.name, None), z_KE, np.stack([number_K, -np.ones_like(number_K)], 1)
-                )
-            entries = [
+                rows_K2 = np.stack([number_K, -np.ones_like(number_K)], 1)
+                _collect(parts, (s.name, None), enc.embed(s.name, batch)[keep], rows_K2)
+            entries = [  # (item, sentence number, language, sentence)
                 (number, j, lang, text)
                 for number, i in zip(number_K, keep)
                 for j, (lang, text) in enumerate(records[i]["texts"])
             ]
             if entries and text_sides:
                 samples = [text_sample(text, lang) for _, _, lang, text in entries]
-                rows = np.array([(number, j) for number, j, _, _ in entries], dtype=np.int64)
-                langs = np.array([lang for _, _, lang, _ in entries])
+                rows_T2 = np.array([(number, j) for number, j, _, _ in entries], dtype=np.int64)
+                lang_T = np.array([lang for _, _, lang, _ in entries])
                 for s in text_sides:
                     z_TE = enc.embed_samples(s.name, samples)
-                    for lang in dict.fromkeys(langs.tolist()):
-                        mine = langs == lang
-                        _collect(parts, (s.name, lang), z_TE[mine], rows[mine])
+                    for lang in dict.fromkeys(lang_T.tolist()):
+                        mine = lang_T == lang
+                        _collect(parts, (s.name, lang), z_TE[mine], rows_T2[mine])
             for i in keep:
                 r = records[i]
                 thumb = thumbs.add(keys[i], r["thumbnail"]) if r["thumbnail"] else None
                 line = {"key": keys[i], "shard": r["shard"], "texts": r["texts"], "json": r["json"]}
-                items_file.write(
-                    json.dumps({**line, "thumbnail": thumb}, ensure_ascii=False) + "\n"
-                )
+                items_file.write(json.dumps({**line, "thumbnail": thumb}, ensure_ascii=False))
+                items_file.write("\n")
             n_new += len(keep)
             bar.update(len(keys))
             if bar.disable and (step + 1) % LOG_EVERY == 0:
                 rate = seen / (time.perf_counter() - t0)
                 log.info("index: %d / %d samples (%.0f samples/s)", seen, total, rate)
     skipped = {"bad": max(0, total - seen), "duplicate": dup, "no_text": textless}
-    summary = {"out": str(out), "added": n_new, "skipped": skipped}
-    if not n_new:
-        (out / names["items"]).unlink()
-        (out / names["thumbnails"]).unlink()
-        if not add:
-            raise ValueError(f"{shards}: no sample gave a vector (skipped: {skipped})")
-        log.warning("nothing added to %s (skipped: %s)", out, skipped)
-        return {**summary, "items": first, "seconds": round(time.perf_counter() - t0, 1)}
+    return parts, n_new, skipped
 
+
+def _write_parts(out: Path, meta: dict[str, Any], parts: Parts, options: IndexOptions) -> None:
+    """A new generation of every part that got vectors: a new FAISS index (trained if it
+    must be) for a new part, the old one with the vectors added for an existing one."""
     meta["generation"] += 1
     for (side, lang), (vectors, rows) in parts.items():
         x_NE = np.ascontiguousarray(np.concatenate(vectors), dtype=np.float32)
@@ -286,18 +321,6 @@ def build_index(
             rows_N2 = np.concatenate([np.load(out / part["rows"]), rows_N2])
         part.update(write_part(out, number, meta["generation"], index, rows_N2), n=index.ntotal)
         meta["dim"] = int(x_NE.shape[1])
-    meta["batches"].append(
-        {**names, "n": n_new, "shards": shards, "skipped": skipped, "date": now()}
-    )
-    meta["counts"] = {"items": first + n_new}
-    for p in meta["parts"]:
-        meta["counts"][p["side"]] = meta["counts"].get(p["side"], 0) + p["n"]
-    meta["languages"] = sorted({p["lang"] for p in meta["parts"] if p["lang"] is not None})
-    meta["updated"] = now()
-    write_meta(out, meta)
-    by_part = {_label(p): p["n"] for p in meta["parts"]}
-    summary.update(items=first + n_new, parts=by_part, seconds=round(time.perf_counter() - t0, 1))
-    return summary
 
 
 def _collect(parts: dict, name: tuple, z_NE: np.ndarray, rows_N2: np.ndarray) -> None:

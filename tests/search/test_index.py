@@ -237,8 +237,8 @@ def test_errors(clip_run, clip_index, val_shards, tiny_world, tmp_path):
 
 def test_cli_index_and_retrieve(clip_run, val_shards, tmp_path, capsys):
     out = str(tmp_path / "cli")
-    assert main(["index", clip_run, "--shards", val_shards, "--out", out,
-                 "--index-type", "hnsw", "--ef", "40", "--batch-size", "8"]) == 0  # fmt: skip
+    assert main(["index", clip_run, "--shards", val_shards, "--out", out, "--index-type",
+                 "hnsw", "--ef", "40", "--batch-size", "8", "--workers", "2"]) == 0  # fmt: skip
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["added"] == 32 and summary["parts"]["text/en"] == 32
     caption = _captions(val_shards, "en")["val000007"]
@@ -265,16 +265,25 @@ def test_cli_index_and_retrieve(clip_run, val_shards, tmp_path, capsys):
     )
 
 
-def test_images_without_captions_and_bad_samples(clip_run, val_shards, tmp_path):
+def test_images_without_captions_and_bad_samples(
+    clip_run, val_shards, tmp_path, monkeypatch, caplog
+):
     from mmptm.data.shards import ShardWriter
+    from mmptm.search import index as search_index
+
+    monkeypatch.setattr(search_index, "LOG_EVERY", 1)  # no terminal here: a line per batch
 
     samples = list(tar_samples(expand_shards(val_shards), SkipCounter()))[:10]
     with ShardWriter(tmp_path / "photos-%03d.tar", 100) as w:
         for s in samples:
             w.write({"__key__": s["__key__"], "jpg": s["jpg"]})  # no caption, no json
         w.write({"__key__": "broken", "jpg": b"\xff\xd8 truncated"})
-    summary = build_index(clip_run, str(tmp_path / "photos-*.tar"), tmp_path / "index")
+    with caplog.at_level("INFO", logger="mmptm.search.index"):
+        summary = build_index(clip_run, str(tmp_path / "photos-*.tar"), tmp_path / "index",
+                              batch_size=4)  # fmt: skip
     assert summary["added"] == 10 and summary["skipped"]["bad"] == 1
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("index: ")]
+    assert len(progress) == 3 and progress[-1].startswith("index: 10 / 11 samples")
     index = SearchIndex.open(tmp_path / "index")
     assert index.info["languages"] == [] and "text" not in index.info["counts"]
     hits = index.search_text("a red circle", k=3)

@@ -14,7 +14,7 @@ from PIL import Image
 
 from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
-from mmptm.eval.retrieval import itm_scores, retrieval_heads, retrieval_sides
+from mmptm.eval.retrieval import embed_rows, itm_scores, retrieval_heads, retrieval_sides
 from mmptm.eval.xlingual import text_plugin
 from mmptm.models.load import load_pretrained
 from mmptm.models.run import load_run_config
@@ -100,6 +100,32 @@ def test_text_to_text_across_languages(tiny_world, tmp_path):
     assert [h.key for h in hits] == [samples[j]["__key__"] for j in best.indices]
     assert [h.caption for h in hits] == [sentences[j] for j in best.indices]
     np.testing.assert_allclose([h.score for h in hits], best.values.numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="no side of this index's model reads images"):
+        index.search_image(_png())
+
+
+def test_sounds_are_indexed_through_their_plug_in(tiny_world, tmp_path):
+    """CLAP: the audio side's stored vectors are the ones evaluation computes."""
+    run = _train(tiny_world, tmp_path / "clap", "clap_tiny", steps=2)
+    shards = str(tiny_world / "audio" / "val-*.tar")
+    build_index(run, shards, tmp_path / "index", batch_size=8)
+    index = SearchIndex.open(tmp_path / "index")
+    assert index.info["sides"]["audio"]["n"] == 32 and not index.info["sides"]["audio"]["text"]
+
+    model, tokenizer, cfg = load_pretrained(run)
+    stream = stream_config(cfg.data, tokenizer, split="val", needs=model.data_needs(),
+                           shards=shards)  # fmt: skip
+    stream.batch_size = 1000
+    data = next(iter(single_pass(stream)))
+    head, _ = retrieval_heads(model)
+    sides = retrieval_sides(model, stream)
+    want_NE = embed_rows(model, head, data, sides.item_keys, "audio", torch.device("cpu"), 5)
+    (part,) = [p for p in index.parts if p.side == "audio"]
+    for i in (0, 17, 31):
+        row = int(np.flatnonzero(part.rows[:, 0] == index.number[data["__key__"][i]])[0])
+        np.testing.assert_allclose(part.index.reconstruct(row), want_NE[i].numpy(), atol=1e-5)
+    hits = index.search_text("a dog barks", k=3, lang="en")
+    assert len(hits) == 3 and all(h.side == "audio" for h in hits)
     with pytest.raises(ValueError, match="no side of this index's model reads images"):
         index.search_image(_png())
 
