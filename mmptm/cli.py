@@ -11,6 +11,7 @@ mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm index RUN --shards SPEC --out DIR [--add] [--index-type flat|ivf|hnsw]
 mmptm retrieve INDEX "a red circle" | --image FILE | --key KEY [-k 10] [--lang de] [--json]
+mmptm serve INDEX [--host 127.0.0.1] [--port 8000] [--device cpu] [--run RUN]
 mmptm demo [--out runs/demo] [key=value ...]
 """
 
@@ -433,6 +434,18 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from mmptm.search.serve import serve
+
+    def ready(url: str) -> None:
+        print(f"serving {args.index} at {url} (the search page; the API is under {url}api/, "
+              f"its schema at {url}openapi.json); Ctrl+C stops", flush=True)  # fmt: skip
+
+    serve(args.index, host=args.host, port=args.port, device=args.device, run=args.run,
+          log_level="debug" if args.verbose else "info", on_ready=ready)  # fmt: skip
+    return 0
+
+
 # --------------------------------------------------------------------------------------------
 # mmptm data clotho|audiocaps|esc50|librispeech (audio corpora → flac + json shards)
 
@@ -799,6 +812,14 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--device", default="cpu")
     rt.add_argument("--json", action="store_true", help="print the hits as JSON")
     rt.set_defaults(fn=_retrieve)
+
+    sv = sub.add_parser("serve", help="the search page and JSON API over an `mmptm index` dir")
+    sv.add_argument("index", help="directory written by `mmptm index`")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all)")
+    sv.add_argument("--port", type=int, default=8000, help="0: any free port")
+    sv.add_argument("--device", default="cpu", help="where the model encodes queries")
+    sv.add_argument("--run", default=None, help="model run instead of the one in index.json")
+    sv.set_defaults(fn=_serve)
 
     de = sub.add_parser("demo", help="reproducible toyworld studies (default: clip)")
     de.add_argument(

@@ -88,6 +88,33 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     return over
 
 
+@pytest.fixture(scope="session")
+def tiny_clip_run(tiny_world: Path, tmp_path_factory) -> Path:
+    """clip_tiny at width 32 trained for 30 steps of batch 16 on ``tiny_world``'s train
+    split: a real (weak) dual encoder for the search index, the server and the browser."""
+    from mmptm.models.run import load_run_config
+    from mmptm.train.trainer import pretrain
+
+    out = tmp_path_factory.mktemp("clip_run")
+    over = [
+        *tiny_overrides(tiny_world, out), "data.batch_size=16", "train.max_steps=30",
+        "train.warmup_steps=5", "train.ckpt_every=30", "train.log_every=10",
+    ]  # fmt: skip
+    pretrain(load_run_config(str(ROOT / "configs" / "pretrain" / "clip_tiny.yaml"), over))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tiny_clip_run: Path, tiny_world: Path, tmp_path_factory) -> Path:
+    """An ``mmptm index`` of ``tiny_world``'s 32 test scenes (images, captions in five
+    languages, thumbnails) by ``tiny_clip_run``."""
+    from mmptm.search.index import build_index
+
+    out = tmp_path_factory.mktemp("index") / "tiny_index"
+    build_index(str(tiny_clip_run), f"{tiny_world}/image_text/test-*.tar", out)
+    return out
+
+
 #: a one-layer text MLM on toyworld's captions: the fastest recipe, for the fault tests
 TEXT_MLM = str(ROOT / "tests" / "train" / "text_mlm.yaml")
 

@@ -1,0 +1,425 @@
+"""``mmptm serve``: a search index over HTTP (FastAPI) and the search page that uses it.
+
+:func:`create_app` wraps a :class:`~mmptm.search.index.SearchIndex` (or anything with its
+methods) in a FastAPI app: a JSON API under ``/api`` (schema at ``/openapi.json``) and the page
+at ``/`` (``static/``: one HTML, one script, one style sheet; no CDN, no web font, so it works
+offline). :func:`serve` binds a socket and runs uvicorn; :func:`running` does the same in a
+background thread, for tests, benchmarks and notebooks.
+
+Bad input is the client's fault and says so: ``{"detail": "..."}`` with 400 (empty or too long
+query, bad ``k``, unknown language or side), 404 (unknown key), 413 (upload too large, in bytes
+or pixels), 415 (not an image); 422 only where FastAPI's own type validation answers (``k=abc``).
+The index raises ValueError / KeyError for what it refuses; they become 400 / 404 here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import ipaddress
+import logging
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+from PIL import Image, UnidentifiedImageError
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from mmptm.search.index import Hit, SearchIndex
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).with_name("static")
+#: the most results one request may ask for (and the most ITM re-ranking candidates)
+MAX_K = 100
+#: uploads larger than this are refused with 413 while they are read, never held whole
+MAX_UPLOAD_MB = 20
+#: decoded size limit of an uploaded image: a small PNG can inflate to gigabytes of pixels
+MAX_IMAGE_PIXELS = 40_000_000
+#: the page: only this origin's scripts, styles, images and API (blob: for the upload preview)
+CSP = (
+    "default-src 'self'; img-src 'self' blob: data:; script-src 'self'; style-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+T = TypeVar("T")
+
+
+class HitOut(BaseModel):
+    key: str
+    score: float
+    rank: int
+    side: str
+    caption: str
+    language: str | None
+    has_thumbnail: bool
+    #: the ITM score when the hit was re-ranked (rerank_k); re-ranked hits come first
+    itm: float | None = None
+    #: URL of the item's JPEG thumbnail (relative to the app), None without one
+    thumbnail: str | None
+
+
+class SearchOut(BaseModel):
+    #: what was searched: "text", "image" or "key"
+    query: str
+    #: the text query, the uploaded file's name, or the key
+    value: str
+    k: int
+    lang: str | None
+    side: str | None
+    hits: list[HitOut]
+    #: encoding the query and searching the index, measured by the server
+    latency_ms: float
+
+
+class HealthOut(BaseModel):
+    status: str
+    #: index.json and what the index derived from it (run, sides, counts, languages, ...)
+    index: dict[str, Any]
+    max_k: int
+    max_upload_mb: int
+
+
+ERRORS = {
+    400: {"description": "bad query, k, language or side; an undecodable image"},
+    404: {"description": "unknown key"},
+}
+UPLOAD_SCHEMA = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            }
+        },
+    }
+}
+
+
+def _hit(hit: Hit) -> HitOut:
+    thumb = f"api/thumb/{quote(hit.key, safe='')}" if hit.has_thumbnail else None
+    return HitOut(**asdict(hit), thumbnail=thumb)
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise HTTPException(400, f"{name} must be between {low} and {high}, got {value}")
+
+
+def create_app(
+    index: SearchIndex,
+    *,
+    max_k: int = MAX_K,
+    max_upload_mb: int = MAX_UPLOAD_MB,
+    max_image_pixels: int = MAX_IMAGE_PIXELS,
+) -> FastAPI:
+    """The API and page over ``index``. Searches run in the thread pool (the event loop stays
+    free for other requests) one at a time: the lock keeps the model's forward passes from
+    competing for the same cores. Thumbnails and items do not wait for it: SearchIndex reads
+    them from memory and with ``pread``, which threads may share."""
+    app = FastAPI(
+        title="mmptm search",
+        summary="Text, image and more-like-this search over an `mmptm index` directory.",
+        # Swagger UI and ReDoc load their scripts from a CDN; the schema stays at /openapi.json
+        docs_url=None,
+        redoc_url=None,
+    )
+    lock = threading.Lock()
+    max_bytes = max_upload_mb * 1024 * 1024
+
+    def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, with the index's refusals as HTTP errors."""
+        try:
+            return fn(*args, **kwargs)
+        except KeyError as e:  # the index's message names the key
+            raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
+        except ValueError as e:
+            raise HTTPException(400, str(e) or "bad request") from None
+
+    def search(fn: Callable[..., list[Hit]], *args: Any, **kwargs: Any) -> tuple[list, float]:
+        """The hits of one search, under the lock, and its time in ms."""
+        with lock:
+            t0 = time.perf_counter()
+            hits = call(fn, *args, **kwargs)
+            return hits, 1000 * (time.perf_counter() - t0)
+
+    def results(
+        kind: str, value: str, k: int, lang: str | None, side: str | None, found: tuple
+    ) -> SearchOut:
+        hits, ms = found
+        return SearchOut(
+            query=kind, value=value, k=k, lang=lang, side=hits[0].side if hits else side,
+            hits=[_hit(h) for h in hits], latency_ms=round(ms, 3),
+        )  # fmt: skip
+
+    k_query = Query(10, description=f"number of results, 1..{max_k}")
+    lang_query = Query(None, description="caption language shown (on a text side: searched)")
+    side_query = Query(None, description="side of the index to search (default: the other one)")
+
+    @app.get("/api/search", response_model=SearchOut, responses=ERRORS)
+    def search_text(
+        q: str = Query(..., description="the text query"),
+        k: int = k_query,
+        lang: str | None = lang_query,
+        side: str | None = side_query,
+        rerank_k: int = Query(0, description=f"re-rank this many with ITM, 0..{max_k}"),
+        query_lang: str | None = Query(None, description="the query's language (default: lang)"),
+    ) -> SearchOut:
+        """Text → items (by default the index's non-text side, e.g. images)."""
+        _check_range("k", k, 1, max_k)
+        _check_range("rerank_k", rerank_k, 0, max_k)
+        found = search(index.search_text, q, k, lang=lang or None, side=side or None,
+                       rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
+        return results("text", q, k, lang, side, found)
+
+    @app.post(
+        "/api/search/image",
+        response_model=SearchOut,
+        openapi_extra=UPLOAD_SCHEMA,
+        responses={
+            **ERRORS,
+            413: {"description": f"over {max_upload_mb} MB or {max_image_pixels} pixels"},
+            415: {"description": "the upload is not an image"},
+        },
+    )
+    async def search_image(
+        request: Request,
+        k: int = k_query,
+        lang: str | None = lang_query,
+        side: str | None = side_query,
+    ) -> SearchOut:
+        """An uploaded image (multipart field ``file``) → items (by default captions)."""
+        _check_range("k", k, 1, max_k)
+        name, data = await _read_upload(request, max_bytes, max_upload_mb)
+        _check_image(name, data, max_image_pixels)
+        found = await run_in_threadpool(
+            search, index.search_image, data, k, lang=lang or None, side=side or None
+        )
+        return results("image", name, k, lang, side, found)
+
+    @app.get("/api/similar/{key}", response_model=SearchOut, responses=ERRORS)
+    def similar(
+        key: str, k: int = k_query, lang: str | None = lang_query, side: str | None = side_query
+    ) -> SearchOut:
+        """More like this: the stored vector of item ``key`` → the nearest other items."""
+        _check_range("k", k, 1, max_k)
+        found = search(index.search_key, key, k, lang=lang or None, side=side or None)
+        return results("key", key, k, lang, side, found)
+
+    @app.get(
+        "/api/thumb/{key}",
+        response_class=Response,
+        responses={200: {"content": {"image/jpeg": {}}}, 304: {}, 404: ERRORS[404]},
+    )
+    def thumbnail(key: str, request: Request) -> Response:
+        """The item's JPEG thumbnail; cacheable (ETag, a day's max-age)."""
+        data = call(index.thumbnail, key)
+        etag = f'"{hashlib.blake2b(data, digest_size=12).hexdigest()}"'
+        headers = {"ETag": etag, "Cache-Control": "public, max-age=86400"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(data, media_type="image/jpeg", headers=headers)
+
+    @app.get("/api/item/{key}", responses={404: ERRORS[404]})
+    def item(key: str) -> dict[str, Any]:
+        """Everything the index stores about one item (captions per language, json fields)."""
+        return jsonable_encoder(call(index.item, key))
+
+    @app.get("/api/health", response_model=HealthOut)
+    def health() -> HealthOut:
+        """The index served: its run, sides, item counts, languages; the request limits."""
+        return HealthOut(
+            status="ok", index=jsonable_encoder(index.info), max_k=max_k,
+            max_upload_mb=max_upload_mb,
+        )  # fmt: skip
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(
+            STATIC / "index.html",
+            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
+        )
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+async def _read_upload(request: Request, max_bytes: int, max_mb: int) -> tuple[str, bytes]:
+    """(file name, bytes) of the multipart field ``file``, refusing more than ``max_bytes``
+    of request body with 413 as soon as the declared length or the bytes read pass it."""
+    too_large = HTTPException(413, f"upload too large: the limit is {max_mb} MB")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    seen = 0
+
+    async def receive() -> dict:  # counts the body as the multipart parser pulls it
+        nonlocal seen
+        message = await request.receive()
+        seen += len(message.get("body", b""))
+        if seen > max_bytes:
+            raise too_large
+        return message
+
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise HTTPException(400, "send the image as multipart/form-data, field 'file'")
+    # The parser spools file parts to disk past 1 MB, so memory stays bounded.
+    form = await Request(request.scope, receive).form(max_files=1, max_fields=4)
+    try:
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise HTTPException(400, "no file in the upload: send it as the form field 'file'")
+        return upload.filename or "upload", await upload.read()
+    finally:
+        await form.close()
+
+
+def _check_image(name: str, data: bytes, max_pixels: int) -> None:
+    """415 unless ``data`` starts like an image PIL reads; 413 if it would decode to more
+    than ``max_pixels`` (only the header is read)."""
+    try:
+        with warnings.catch_warnings():  # PIL warns past 89 Mpixels; the check below decides
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                w, h = im.size
+    except Image.DecompressionBombError:  # past 179 Mpixels PIL refuses to open it at all
+        raise HTTPException(413, f"{name!r} is too many pixels to decode") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise HTTPException(
+            415, f"{name!r} is not an image PIL can read (JPEG, PNG, ...)"
+        ) from None
+    if w * h > max_pixels:
+        raise HTTPException(413, f"{name!r} is {w}×{h} pixels: the limit is {max_pixels} pixels")
+
+
+# --------------------------------------------------------------------------------------------
+# running the app
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one). Binding here, not in
+    uvicorn, turns a busy port into an OSError the CLI prints in one line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
+    # TCP; with proto 0 every answer waited ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def _server(app: FastAPI, log_level: str):
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, timeout_keep_alive=30))
+
+
+def serve(
+    index_path: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "cpu",
+    run: str | None = None,
+    log_level: str = "info",
+    on_ready: Callable[[str], None] = print,
+) -> None:
+    """Bind ``host:port``, open the index and serve until interrupted. ``on_ready`` gets the
+    page's URL (the CLI prints it). The port is bound first so that a busy one fails before
+    the model loads."""
+    from mmptm.search.index import SearchIndex
+
+    sock = bind(host, port)
+    try:
+        index = SearchIndex.open(index_path, device=device, run=run)
+    except BaseException:
+        sock.close()
+        raise
+    if not ipaddress.ip_address(sock.getsockname()[0]).is_loopback:
+        log.warning("listening on %s: anyone who can reach it can query the index", host)
+    on_ready(url_of(sock))
+    # uvicorn shuts down gracefully on Ctrl+C, then raises it again: that is the normal end
+    with contextlib.suppress(KeyboardInterrupt):
+        _server(create_app(index), log_level).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` from a background thread; yields its URL, stops it on exit."""
+    sock = bind(host, port)
+    server = _server(app, "warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        yield url_of(sock)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+# --------------------------------------------------------------------------------------------
+# looking at the page headlessly (the browser test, the README's screenshot)
+
+#: Debian's ``chromium`` package
+CHROMIUM = "/usr/bin/chromium"
+#: headless and quiet: without the networking flags Chromium keeps calling Google's services
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def chromium(profile: str | Path, executable: str = CHROMIUM, **options: Any) -> Iterator[Any]:
+    """A headless Chromium with a fresh profile in ``profile``, driven by Playwright (a dev
+    dependency); yields its BrowserContext. ``options``: Playwright's context options
+    (``viewport`` ...)."""
+    if not Path(executable).exists():
+        raise FileNotFoundError(
+            f"no Chromium at {executable}: install Debian's (apt-get install -y chromium "
+            "chromium-driver) or give the path of another"
+        )
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, headless=True, args=list(CHROMIUM_FLAGS),
+            **options,
+        )  # fmt: skip
+        try:
+            yield context
+        finally:
+            context.close()
