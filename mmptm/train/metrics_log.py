@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,25 @@ def _summary_writer_class() -> Any:
     return SummaryWriter
 
 
+_EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.")
+
+
+def _after_existing_event_files(out: Path) -> None:
+    """Wait, if needed, until a new event file's name sorts after those already in ``out``.
+
+    TensorBoard reads a folder's event files in name order, and the name starts with the
+    creation second, then the host and the process id. A run resumed in the same second as
+    the killed one's file was created, by a process with a lower id, would sort first: its
+    steps would then be read before the older file's, which TensorBoard takes for a restart
+    and drops them. Waiting for the next second (once, at most a second) keeps the order.
+    """
+    stamps = [int(m.group(1)) for p in out.glob("events.out.tfevents.*")
+              if (m := _EVENT_FILE.match(p.name))]  # fmt: skip
+    if stamps:
+        while int(time.time()) <= max(stamps):
+            time.sleep(0.05)
+
+
 class MetricsLog:
     """Appends rows to ``<out>/metrics.jsonl`` (and TensorBoard) from ``step`` + 1 on.
 
@@ -89,6 +110,7 @@ class MetricsLog:
         if cls is not None:
             # a fresh run purges from step 0: events of an earlier run in this folder
             # (whose checkpoints were deleted) disappear, as its rows did
+            _after_existing_event_files(out)
             self.writer = cls(log_dir=str(out), purge_step=step + 1 if step else 0)
             if not step and config_text:
                 block = "\n".join("    " + line for line in config_text.splitlines())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 
 import pytest
 from conftest import TEXT_MLM, text_mlm_overrides
@@ -130,3 +131,22 @@ def test_progress_lines_at_log_every_without_a_terminal(tiny_world, tmp_path, mo
         assert f"loss={rows[step]['loss']:.4g} " in line
         assert "samples_per_s=" in line and "step/s, elapsed" in line
     assert "ETA" in lines[0] and "ETA" not in lines[-1]
+
+
+def test_a_resumed_log_sorts_after_an_event_file_of_the_same_second(tmp_path):
+    # TensorBoard reads event files in name order (second, host, process id): a resume in the
+    # second the killed run's file was made, by a process whose name part sorts lower, must
+    # still come after it, or TensorBoard reads its steps first and drops them as a restart
+    first = metrics_log.MetricsLog(tmp_path, 0)
+    for step in (1, 2, 3, 4):
+        first.write({"step": step, "loss": float(step)})
+    first.close()
+    (old,) = tmp_path.glob("events.out.tfevents.*")
+    late = tmp_path / f"events.out.tfevents.{int(time.time())}.zzzz-host.99999999.0"
+    old.rename(late)  # as if written this very second by a process that sorts last
+    resumed = metrics_log.MetricsLog(tmp_path, 3)
+    for step in (4, 5, 6):
+        resumed.write({"step": step, "loss": 10.0 * step})
+    resumed.close()
+    points = [(e.step, e.value) for e in _board(tmp_path).Scalars("loss/loss")]
+    assert points == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 40.0), (5, 50.0), (6, 60.0)]
