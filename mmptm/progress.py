@@ -122,8 +122,9 @@ def _clock(seconds: float) -> str:
 
 
 class LineProgress:
-    """tqdm's interface, shown as log lines: ``desc n/total (pct) postfix | rate, elapsed,
-    ETA``. The rate and ETA count only this object's updates (not ``initial``)."""
+    """tqdm's interface, shown as log lines: ``desc: unit n/total (pct) postfix | rate,
+    elapsed, ETA``. The rate (and the ETA from it) is the pace since the previous line, as a
+    bar shows a recent rate: a slow start (loader workers, a first shard) fades out."""
 
     def __init__(
         self,
@@ -190,15 +191,14 @@ class LineProgress:
     def line(self) -> str:
         """What the next log line says."""
         now = self.clock()
-        elapsed = now - self.start
-        done = self.n - self.initial
-        rate = done / elapsed if elapsed > 0 else math.nan
+        span = now - self.last_time
+        rate = (self.n - self.last_n) / span if span > 0 else math.nan
         count = f"{self.n}/{self.total}" if self.total else f"{self.n}"
         pct = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
         parts = [f"{self.desc}: {self.unit} {count}{pct}" if self.desc else f"{count}{pct}"]
         if self.postfix:
             parts.append(self.postfix)
-        timing = f"{rate:.3g} {self.unit}/s, elapsed {_clock(elapsed)}"
+        timing = f"{rate:.3g} {self.unit}/s, elapsed {_clock(now - self.start)}"
         if self.total and self.n < self.total:
             eta = (self.total - self.n) / rate if rate > 0 else math.inf
             timing += f", ETA {_clock(eta)}"

@@ -48,7 +48,7 @@ def test_lines_every_n_updates_with_count_rate_and_eta(caplog):
     bar = LineProgress(total=10, desc="run", unit="step", initial=2, every=3, clock=clock)
     with caplog.at_level(logging.INFO):
         for step in range(3, 11):  # resumed at step 2: steps 3..10
-            clock.now += 0.5
+            clock.now += 5.0 if step == 3 else 0.5  # a slow first step (loader start-up)
             bar.set_postfix(loss=f"{1 / step:.3f}")
             bar.update(1)
         bar.close()
@@ -60,8 +60,10 @@ def test_lines_every_n_updates_with_count_rate_and_eta(caplog):
         "run: step 9/10",
         "run: step 10/10",  # the last step, at close
     ]
-    # step 6: 4 steps (3..6) in 2 s since the start = 2 step/s; 4 steps left = 0:02
-    assert lines[1] == "run: step 6/10 (60%) loss=0.167 | 2 step/s, elapsed 0:02, ETA 0:02"
+    # step 3: 1 step in 5 s; step 6: 3 steps (4..6) in 1.5 s since that line = 2 step/s,
+    # 4 steps left = 0:02, 6.5 s since the start
+    assert lines[0] == "run: step 3/10 (30%) loss=0.333 | 0.2 step/s, elapsed 0:05, ETA 0:35"
+    assert lines[1] == "run: step 6/10 (60%) loss=0.167 | 2 step/s, elapsed 0:06, ETA 0:02"
     assert "ETA" not in lines[-1]
 
 

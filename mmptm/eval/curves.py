@@ -136,6 +136,8 @@ def plot_curves(
     """
     if x not in X_AXES:
         raise ValueError(f"--x {x!r}: expected one of {', '.join(X_AXES)}")
+    if not 0 <= smoothing < 1:
+        raise ValueError(f"--smooth {smoothing:g}: a smoothing weight is in [0, 1)")
     if not runs:
         raise ValueError("no runs to plot")
     paths = _labels(runs)

@@ -90,6 +90,8 @@ def test_bad_runs_are_one_line_naming_the_file(tmp_path, capsys):
     old = _run(tmp_path / "old", [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.0}])
     line = cli_error(capsys, ["plot", str(old), "--x", "samples", "--out", out])
     assert "rows have no 'samples'" in line and "use --x step" in line
+    line = cli_error(capsys, ["plot", str(old), "--smooth", "-0.5", "--out", out])
+    assert "--smooth -0.5: a smoothing weight is in [0, 1)" in line
 
 
 def test_a_half_written_last_row_is_left_out_and_labels_tell_runs_apart(tmp_path):
