@@ -1,0 +1,128 @@
+"""FSDP (train.parallel=fsdp) with real processes (gloo, 2 ranks on CPU): the same steps as
+one process and as DDP, sharded checkpoints that resume at another number of ranks, a
+killed checkpoint write, two "nodes" under torchrun. Activation checkpointing and the FLOP
+count need no processes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import ROOT, free_port, rank_env, spawn_ranks, tiny_overrides
+
+from mmptm.data.pipeline import Loader
+from mmptm.models import checkpoint
+from mmptm.models.run import load_run_config
+
+CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
+needs_gloo = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="needs gloo"
+)
+
+#: clip_tiny with a one-block ViT (no BatchNorm: its statistics depend on how a batch is
+#: split) and clipping that acts; micro-batches of 4 rows, 2 per step
+VIT = [
+    "model.encoders.image.model_name=vit_tiny_patch16_224",
+    "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, embed_dim: 32, depth: 1, "
+    "num_heads: 2}",
+    "data.batch_size=4",
+    "train.grad_accum=2",
+    "train.clip_grad_norm=0.01",
+    "train.lr=0.002",
+]
+
+
+def _rows(batch: dict, part: int, parts: int) -> dict:
+    """Rows ``part`` of ``parts`` equal slices of a collated batch."""
+    n = len(batch["__key__"])
+    s = slice(part * n // parts, (part + 1) * n // parts)
+    return {k: v[s] if isinstance(v, torch.Tensor | list) and len(v) == n else v
+            for k, v in batch.items()}  # fmt: skip
+
+
+def _full_state(trainer) -> tuple[dict, dict]:
+    """The whole model and optimiser state (names as keys), gathered from every rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_state_dict(trainer.model, trainer.optimizer, options=opts)
+
+
+def _parity_ranks(rank: int, port: int, overrides: list, batches_path: str, out: str) -> None:
+    """Each rank trains on its half of every micro-batch, under FSDP, then DDP."""
+    rank_env(rank, port)
+    from mmptm.train.trainer import Trainer
+
+    batches = torch.load(batches_path, weights_only=False)
+    result = {}
+    try:
+        for mode in ("fsdp", "ddp"):
+            run = f"{out}/{mode}"
+            cfg = load_run_config(CLIP, [*overrides, f"output_dir={run}", f"train.parallel={mode}"])
+            trainer = Trainer(cfg)
+            trainer.loader = Loader(trainer.stream, 0)  # for the data position save() records
+            terms = []
+            for step in batches:
+                terms.append(trainer.train_step(iter([_rows(m, rank, 2) for m in step])))
+            trainer.save()
+            model, optimizer = _full_state(trainer)
+            result[mode] = {"terms": terms, "model": model, "optimizer": optimizer}
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _close(a: dict, b: dict, rtol: float, atol: float, what: str) -> None:
+    assert a.keys() == b.keys(), what
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=f"{what}: {k}")
+
+
+@pytest.mark.slow
+@needs_gloo
+def test_fsdp_and_ddp_on_two_ranks_take_the_steps_of_one_process(tiny_world, tmp_path):
+    from mmptm.train.trainer import Trainer
+
+    overrides = [*tiny_overrides(tiny_world, tmp_path / "one"), *VIT]
+    one = Trainer(load_run_config(CLIP, overrides))
+    loader = iter(Loader(one.stream, 0))
+    batches = [[next(loader), next(loader)] for _ in range(3)]  # 3 steps, 2 micro-batches
+    torch.save(batches, tmp_path / "batches.pt")
+    out = tmp_path / "ranks"
+    out.mkdir()
+    spawn_ranks(_parity_ranks, (free_port(), overrides, str(tmp_path / "batches.pt"), str(out)),
+                deadline_s=240)  # fmt: skip
+    ranks = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+    # one process: micro-batch m of a step is rank 0's half of it, then rank 1's
+    reference = [one.train_step(iter(step)) for step in batches]
+    ref_model, ref_optimizer = _full_state(one)
+    for mode in ("fsdp", "ddp"):
+        for step, ref in enumerate(reference):
+            r0, r1 = (r[mode]["terms"][step] for r in ranks)
+            # each rank logs the loss of its rows; the global loss is their mean
+            for k in ("loss", "contrastive_loss"):
+                assert (r0[k] + r1[k]) / 2 == pytest.approx(ref[k], rel=1e-6), (mode, step, k)
+            # clipping saw the global gradient norm (the sharded and whole parameters'); its
+            # sums over 2 micro-batches and 2 ranks round differently: 6e-6 seen
+            assert r0["grad_norm"] == pytest.approx(ref["grad_norm"], rel=2e-5), (mode, step)
+            assert ref["grad_norm"] > 0.01  # clipping acted
+        model, optimizer = ranks[0][mode]["model"], ranks[0][mode]["optimizer"]
+        # Adam turns the rounding differences of tiny gradients into steps of up to lr (the
+        # keys' biases have none: softmax ignores them): 1e-6 seen, 1/1000 of lr x 3 steps
+        _close(model, ref_model, rtol=0, atol=6e-6, what=f"{mode} weights")
+        assert optimizer["param_groups"] == ref_optimizer["param_groups"]
+        for name, state in ref_optimizer["state"].items():
+            _close(optimizer["state"][name], state, rtol=1e-4, atol=1e-7, what=f"{mode} {name}")
+    # the sharded checkpoint, read in this one process, holds the FSDP run's whole model
+    ck = checkpoint.read(out / "fsdp")
+    assert ck.path.name == "step_00000003.dcp" and ck.world_size == 2 and ck.step == 3
+    _close(ck.model, ranks[0]["fsdp"]["model"], rtol=0, atol=0, what="checkpoint.read")
