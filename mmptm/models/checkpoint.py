@@ -15,13 +15,15 @@ and ``read`` loads its whole model in one process, without a process group, so e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import pickle
 import random
 import re
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,8 +174,7 @@ def write_sharded(
 
     path = checkpoint_path(ckpt_dir, step, sharded=True)
     tmp = path.parent / f".{path.name}.tmp"
-    with warnings.catch_warnings():  # "assuming the intent is to save in a single process"
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    with _dcp_call():
         dcp.save(state, checkpoint_id=tmp, no_dist=_no_dist())
     # DCP's rank 0 wrote .metadata after every rank reported its files written: all are there
     if _no_dist() or dist.get_rank() == 0:
@@ -198,12 +199,35 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class BrokenCheckpoint(ValueError):
+    """A sharded checkpoint's data that cannot be loaded (every rank raises it together)."""
+
+
 def load_sharded(path: str | Path, state: dict[str, Any]) -> None:
     """Fill ``state`` (as given to :func:`write_sharded`: this run's sharded or whole
     tensors) in place from the folder ``path``, at any number of ranks (all call this)."""
     import torch.distributed.checkpoint as dcp
 
-    dcp.load(state, checkpoint_id=Path(path), no_dist=_no_dist())
+    try:
+        with _dcp_call():
+            dcp.load(state, checkpoint_id=Path(path), no_dist=_no_dist())
+    except Exception as e:  # damaged data that passed read's checks
+        raise BrokenCheckpoint(f"{path}: cannot read this checkpoint ({_reason(e)})") from None
+
+
+@contextlib.contextmanager
+def _dcp_call() -> Iterator[None]:
+    """Around a DCP call: its errors as the first failing rank's exception (DCP wraps them
+    in a BaseException, which neither ``except Exception`` nor the CLI's error report sees),
+    and no warning that one process without a process group is one process."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            yield
+    except CheckpointException as e:
+        raise next(iter(e.failures.values()))[0] from None
 
 
 def list_checkpoints(ckpt_dir: str | Path) -> list[Path]:
@@ -246,20 +270,23 @@ def _candidates(path_or_dir: str | Path) -> list[Path]:
 _FIELDS = ("step", "model", "config", "optimizer", "scheduler", "ranks", "world_size")
 
 
-def read(path_or_dir: str | Path, weights: bool = True) -> Checkpoint:
+def read(path_or_dir: str | Path, weights: bool = True, before: int | None = None) -> Checkpoint:
     """Read a checkpoint file or folder, or the newest readable checkpoint of a run directory.
 
     A run's newest checkpoint that cannot be read (truncated by a full disk, damaged) is
     skipped with a warning naming it, and the one before is tried; a checkpoint named
     explicitly must be readable. ``weights=False``: a sharded checkpoint's model is left
     empty (a resuming trainer loads its shards with :func:`load_sharded`), after checking
-    that every file its index names is there, whole.
+    that every file its index names is there, whole. ``before``: only checkpoints of
+    earlier steps (the one of that step failed to load).
     """
     p = Path(path_or_dir)
     if p.is_file() or (is_sharded(p) and p.is_dir()):
         return _load(p, weights)
     broken: list[str] = []
     for path in reversed(_candidates(path_or_dir)):
+        if before is not None and int(CKPT_RE.match(path.name).group(1)) >= before:
+            continue
         try:
             ck = _load(path, weights)
         except ValueError as e:
@@ -272,6 +299,8 @@ def read(path_or_dir: str | Path, weights: bool = True) -> Checkpoint:
 
 
 def _reason(e: BaseException) -> str:
+    if isinstance(e, pickle.UnpicklingError):  # its first line is about weights_only
+        return "damaged data: cannot unpickle"
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
@@ -306,8 +335,7 @@ def _load_sharded(path: Path, weights: bool) -> Checkpoint:
                     model[key.removeprefix("model.")] = torch.empty(
                         md.size, dtype=md.properties.dtype
                     )
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            with _dcp_call():
                 dcp.load({"model": model}, storage_reader=dcp.FileSystemReader(path), no_dist=True)
     except Exception as e:  # a file missing, truncated or garbled
         raise ValueError(f"{path}: cannot read this checkpoint ({_reason(e)})") from None

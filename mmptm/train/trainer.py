@@ -416,9 +416,16 @@ class Trainer:
             if not checkpoint.list_checkpoints(self.ckpt_dir):
                 log.info("resume=true but %s has no checkpoint: starting fresh", self.ckpt_dir)
                 return
-            self.restore(checkpoint.read(self.ckpt_dir, weights=False))
-        else:
-            self.restore(checkpoint.read(r, weights=False))
+            r = self.ckpt_dir
+        ckpt = checkpoint.read(r, weights=False)
+        while True:
+            try:
+                return self.restore(ckpt)
+            except checkpoint.BrokenCheckpoint as e:  # on every rank: all go back together
+                if ckpt.path == Path(r):  # named explicitly
+                    raise
+                ckpt = checkpoint.read(r, weights=False, before=ckpt.step)
+                log.warning("%s; using the previous one, %s", e, ckpt.path)
 
     # -- the loop ------------------------------------------------------------------------------
 

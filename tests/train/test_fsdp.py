@@ -126,3 +126,86 @@ def test_fsdp_and_ddp_on_two_ranks_take_the_steps_of_one_process(tiny_world, tmp
     ck = checkpoint.read(out / "fsdp")
     assert ck.path.name == "step_00000003.dcp" and ck.world_size == 2 and ck.step == 3
     _close(ck.model, ranks[0]["fsdp"]["model"], rtol=0, atol=0, what="checkpoint.read")
+
+
+def _phase(overrides: list, oracle: str) -> None:
+    """Resume a run and train it on; ``oracle``.restored.pt / .pt: the whole model and
+    optimiser state right after the restore, and at the end (written by rank 0)."""
+    from mmptm.train.trainer import Trainer
+
+    trainer = Trainer(load_run_config(CLIP, overrides))
+    real_restore = trainer.restore
+    main = not dist.is_initialized() or dist.get_rank() == 0
+
+    def restore(ckpt):
+        real_restore(ckpt)
+        state = _full_state(trainer)
+        if main:
+            torch.save(state, f"{oracle}.restored.pt")
+
+    trainer.restore = restore
+    trainer.fit()
+    state = _full_state(trainer)
+    if main:
+        torch.save(state, f"{oracle}.pt")
+
+
+def _phases_ranks(rank: int, port: int, phases: list) -> None:
+    rank_env(rank, port)
+    try:
+        for overrides, oracle in phases:
+            _phase(overrides, oracle)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _same_state(a: tuple, b: tuple, what: str) -> None:
+    (model_a, optim_a), (model_b, optim_b) = a, b
+    _close(model_a, model_b, rtol=0, atol=0, what=f"{what} model")
+    # DCP gives tuples (Adam's betas) back as lists
+    groups_a, groups_b = (json.dumps(o["param_groups"]) for o in (optim_a, optim_b))
+    assert groups_a == groups_b, what
+    assert optim_a["state"].keys() == optim_b["state"].keys(), what
+    for name, state in optim_a["state"].items():
+        _close(state, optim_b["state"][name], rtol=0, atol=0, what=f"{what} {name}")
+
+
+@pytest.mark.slow
+@needs_gloo
+def test_checkpoints_move_between_ddp_fsdp_and_numbers_of_ranks(tiny_world, tmp_path, caplog):
+    """2 ranks DDP (.pt) -> 2 ranks FSDP (.dcp) -> 1 process -> 2 ranks FSDP -> 2 ranks DDP,
+    3 steps each: every resume restores the model and optimiser exactly."""
+    run = tmp_path / "run"
+    base = [*tiny_overrides(tiny_world, run), *VIT, "train.grad_accum=1", "train.max_steps=15",
+            "resume=true"]  # fmt: skip
+    phases = [
+        ([*base, "train.parallel=ddp", "train.stop_at=3"], str(tmp_path / "p1")),
+        ([*base, "train.parallel=fsdp", "train.stop_at=6"], str(tmp_path / "p2")),
+        ([*base, "train.parallel=fsdp", "train.stop_at=9"], str(tmp_path / "p3")),
+        ([*base, "train.parallel=fsdp", "train.stop_at=12"], str(tmp_path / "p4")),
+        ([*base, "train.parallel=ddp"], str(tmp_path / "p5")),
+    ]
+    spawn_ranks(_phases_ranks, (free_port(), phases[:2]), deadline_s=240)
+    assert checkpoint.read(run, weights=False).path.name == "step_00000006.dcp"
+    with caplog.at_level(logging.WARNING):
+        _phase(*phases[2])  # this process alone
+    assert "written by 2 ranks, this run has 1" in caplog.text
+    spawn_ranks(_phases_ranks, (free_port(), phases[3:]), deadline_s=240)
+
+    def state(name: str) -> tuple:
+        return torch.load(tmp_path / f"{name}.pt", weights_only=False)
+
+    for before, after in [("p1", "p2"), ("p2", "p3"), ("p3", "p4"), ("p4", "p5")]:
+        _same_state(state(f"{after}.restored"), state(before), f"{before} -> {after}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 16))
+    # 12 steps of 2 x 4 samples a 96-sample epoch: 2 ranks stop mid-epoch 0 at step 6; one
+    # process goes on with epoch 1 (24 steps), stops in it at 9; 2 ranks go on with epoch 2
+    epochs = {r["step"]: r["epoch"] for r in rows}
+    assert [epochs[s] for s in (6, 7, 9, 10)] == [0, 1, 1, 2]
+    assert [p.name for p in checkpoint.list_checkpoints(run / "checkpoints")] == [
+        "step_00000012.dcp", "step_00000015.pt"]  # fmt: skip
+    # a sharded checkpoint of a 2-rank run read whole in one process: as the live model was
+    _close(checkpoint.read(run / "checkpoints" / "step_00000012.dcp").model, state("p4")[0],
+           rtol=0, atol=0, what="checkpoint.read")  # fmt: skip
