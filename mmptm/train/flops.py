@@ -5,9 +5,10 @@ matrix products and attention of the first step's forward and backward passes as
 so every modality, the attention over each sequence length, frozen towers (no weight
 gradients) and heads computed at masked positions only are counted as they are. (6·N·tokens
 holds for a text decoder; for a model with several encoders, unequal token counts per
-modality and masked-position heads it can be far off.) A block that activation
-checkpointing recomputes in backward runs its forward twice; the second one is not counted:
-MFU counts the model's FLOPs, not the hardware's.
+modality and masked-position heads it can be far off.) Attention's backward counts its
+scores again (5 products, torch's convention: fused kernels recompute them). A block that
+activation checkpointing recomputes in backward runs its forward twice; the second one is
+not counted: MFU counts the model's FLOPs, not the hardware's.
 
 The count is per step on this rank; batches padded to their longest sample vary, so it is
 the first step's, not an average.
@@ -19,7 +20,10 @@ import contextlib
 from collections.abc import Collection, Iterator
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.checkpoint import set_checkpoint_early_stop
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
 
 #: dense bf16 peak FLOP/s of known accelerators, by a part of ``torch.cuda.get_device_name``;
 #: the first match counts, so longer names come before the names they contain
@@ -62,6 +66,21 @@ def peak_flops(device: torch.device, configured: float = 0.0) -> float | None:
     return known_peak(torch.cuda.get_device_name(device))
 
 
+def _cpu_attention(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_attention_backward(grad_shape, query_shape, key_shape, value_shape, *args, **kwargs):
+    return sdpa_backward_flop_count(grad_shape, query_shape, key_shape, value_shape)
+
+
+#: FlopCounterMode knows the CUDA kernels of scaled_dot_product_attention but not the CPU one
+CPU_ATTENTION = {
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward,
+}
+
+
 class FlopCount:
     """Adds up the FLOPs of forward and backward passes run inside :meth:`forward` and
     :meth:`backward`. ``recomputed``: names of the modules that activation checkpointing
@@ -74,7 +93,12 @@ class FlopCount:
 
     @contextlib.contextmanager
     def forward(self) -> Iterator[None]:
-        with FlopCounterMode(display=False) as mode:
+        # whole blocks are recomputed (not up to their last saved tensor), so that what
+        # backward recomputes is what is taken off here
+        with (
+            FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as mode,
+            set_checkpoint_early_stop(False),
+        ):
             yield
         # FlopCounterMode names modules "<root class>.<path>": the path is a suffix
         again = sum(
@@ -86,7 +110,7 @@ class FlopCount:
 
     @contextlib.contextmanager
     def backward(self) -> Iterator[None]:
-        with FlopCounterMode(display=False) as mode:
+        with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as mode:
             yield
         self.flops += mode.get_total_flops()
 
