@@ -151,8 +151,9 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
 @pytest.mark.parametrize(
     ("damage", "parallel"), [("truncated", "ddp"), ("garbage", "ddp"), ("garbage", "fsdp")]
 )
-def test_broken_newest_checkpoint_resumes_from_the_one_before(tiny_world, tmp_path, uninterrupted,
-                                                              caplog, damage, parallel):  # fmt: skip
+def test_broken_newest_checkpoint_resumes_from_the_one_before(
+    tiny_world, tmp_path, uninterrupted, caplog, damage, parallel
+):
     run = tmp_path / "run"
     argv = [
         "pretrain",

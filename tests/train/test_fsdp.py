@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import ROOT, free_port, rank_env, spawn_ranks, tiny_overrides
+from conftest import (
+    ROOT,
+    TEXT_MLM,
+    free_port,
+    rank_env,
+    spawn_ranks,
+    text_mlm_overrides,
+    tiny_overrides,
+)
 
 from mmptm.data.pipeline import Loader
 from mmptm.models import checkpoint
@@ -209,3 +217,37 @@ def test_checkpoints_move_between_ddp_fsdp_and_numbers_of_ranks(tiny_world, tmp_
     # a sharded checkpoint of a 2-rank run read whole in one process: as the live model was
     _close(checkpoint.read(run / "checkpoints" / "step_00000012.dcp").model, state("p4")[0],
            rtol=0, atol=0, what="checkpoint.read")  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_gloo
+def test_two_nodes_under_torchrun_train_to_the_end(tiny_world, tmp_path):
+    """``torchrun --nnodes=2`` twice on 127.0.0.1, one rank a "node", as on two machines."""
+    run = tmp_path / "run"
+    port = free_port()
+    argv = ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run), "train.parallel=fsdp",
+            "train.dist_timeout_s=120"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+                "--master_addr=127.0.0.1", f"--master_port={port}"]  # fmt: skip
+    nodes = [
+        subprocess.Popen(
+            [*torchrun, f"--node_rank={rank}", "-m", "mmptm.cli", *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        logs = [node.communicate(timeout=240)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    ck = checkpoint.read(run)
+    assert ck.path.name == "step_00000006.dcp" and ck.world_size == 2 and len(ck.ranks) == 2
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 7))
