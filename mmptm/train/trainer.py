@@ -177,6 +177,25 @@ def keep_rows_until(metrics_path: Path, step: int) -> None:
         write_atomic(metrics_path, lambda f: f.write("".join(kept).encode()))
 
 
+def check_same_parameters(cfg: RunConfig) -> None:
+    """FSDP reduces each block's gradients as one tensor per rank: every rank must compute
+    gradients for the same parameters at each step. Settings that let ranks train different
+    parts are refused (as are, by a timeout, mixtures whose sources need different encoders)."""
+    varying = {
+        "model.task_mix": "samples an objective per rank",
+        "model.routes": "trains other objectives on other sources' batches",
+        "train.find_unused_parameters": "is for steps that leave parameters unused",
+    }
+    tc, model = cfg.train, cfg.model
+    for key, on in zip(varying, (model.task_mix, model.routes, tc.find_unused_parameters)):
+        if on:
+            raise ValueError(
+                f"train.parallel=fsdp needs every rank to use the same parameters at each "
+                f"step, but {key} {varying[key]}: use train.parallel=ddp with "
+                "train.find_unused_parameters=true"
+            )
+
+
 class Trainer:
     """Builds everything a run needs from a ``RunConfig`` and runs it to ``max_steps``."""
 
@@ -237,6 +256,8 @@ class Trainer:
         #: FSDP with one rank holds the whole model, as fully_shard would; its checkpoints are
         #: sharded ones all the same, so that the run can go on with more ranks
         self.sharded = tc.parallel == "fsdp"
+        if self.sharded:
+            check_same_parameters(cfg)
         #: parameters every FSDP rank holds whole (scalars); their gradients are averaged here
         self.replicated: list[nn.Parameter] = []
         #: the model is sharded across ranks
