@@ -35,14 +35,12 @@ def outermost(blocks: list[nn.Module]) -> list[nn.Module]:
     return [m for m in blocks if id(m) not in inner]
 
 
-def shard(
-    model: nn.Module, block_names: list[str], bf16: bool
-) -> tuple[list[nn.Module], list[nn.Parameter]]:
-    """Shard ``model`` in place over the default process group.
+def shard(model: nn.Module, block_names: list[str], bf16: bool) -> list[nn.Parameter]:
+    """Shard ``model`` in place over the default process group, each block one unit.
 
-    Returns the blocks made FSDP units and the parameters left whole on every rank (scalars),
-    whose gradients the caller averages with :func:`average_gradients`. ``bf16``: compute in
-    bf16 with the parameters gathered in bf16 and gradients reduced in fp32.
+    Returns the parameters left whole on every rank (scalars), whose gradients the caller
+    averages with :func:`average_gradients`. ``bf16``: compute in bf16, with the parameters
+    gathered in bf16 and the gradients reduced in fp32.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -59,7 +57,7 @@ def shard(
             )
         fully_shard(block, mp_policy=mp)
     fully_shard(model, mp_policy=mp, ignored_params=set(whole) or None)
-    return blocks, whole
+    return whole
 
 
 def average_gradients(params: list[nn.Parameter]) -> None:

@@ -56,7 +56,8 @@ class NonFiniteLoss(FloatingPointError):
 
 
 class RankStalled(TimeoutError):
-    """Under DDP, ranks stopped answering for ``train.dist_timeout_s``; the message names them."""
+    """Under DDP or FSDP, ranks stopped answering for ``train.dist_timeout_s``; the message
+    names them."""
 
 
 #: how collectives fail when a peer is gone or late (gloo raises plain RuntimeErrors)
@@ -202,6 +203,8 @@ class Trainer:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         tc = cfg.train
+        if tc.parallel == "fsdp":
+            check_same_parameters(cfg)
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
         self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
         self.device = pick_device(tc.device, self.dist.local_rank)
@@ -250,20 +253,18 @@ class Trainer:
                 shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
             )  # fmt: skip
         #: the blocks that recompute their forward in backward (activation checkpointing)
-        self.recomputed = []
+        self.recomputed: list[nn.Module] = []
         if tc.activation_checkpointing:
             self.recomputed = parallel.checkpoint_blocks(self.model, tc.block_modules)
         #: FSDP with one rank holds the whole model, as fully_shard would; its checkpoints are
         #: sharded ones all the same, so that the run can go on with more ranks
         self.sharded = tc.parallel == "fsdp"
-        if self.sharded:
-            check_same_parameters(cfg)
         #: parameters every FSDP rank holds whole (scalars); their gradients are averaged here
         self.replicated: list[nn.Parameter] = []
         #: the model is sharded across ranks
         self.fsdp = self.sharded and self.dist.world > 1
         if self.fsdp:
-            _, self.replicated = parallel.shard(self.model, tc.block_modules, self.bf16)
+            self.replicated = parallel.shard(self.model, tc.block_modules, self.bf16)
         # after sharding: the optimiser holds the sharded parameters
         self.optimizer, self.scheduler = build_optimizer(
             self.model, tc, fused=self.device.type == "cuda"
