@@ -17,6 +17,7 @@ the first step's, not an average.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Collection, Iterator
 
 import torch
@@ -98,7 +99,10 @@ class FlopCount:
         with (
             FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION) as mode,
             set_checkpoint_early_stop(False),
+            warnings.catch_warnings(),
         ):
+            # its module hooks fire twice for a compiled model, which changes no count
+            warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)`")
             yield
         # FlopCounterMode names modules "<root class>.<path>": the path is a suffix
         again = sum(
