@@ -5,8 +5,8 @@ the recipe's loader workers); each round times ``--steps`` optimiser steps fed b
 then the same batches (the ones the loader gave in that round) again from a list in memory.
 The difference is what the loader costs the training loop: decoding in the workers competing
 for the cores, handing batches over, stalls at epoch boundaries. It prints per round the
-steps/s of both and their ratio, and the CPU seconds per step of the training process and of
-its loader workers, then the medians.
+steps/s of both and their ratio, the CPU seconds per step of the training process and of its
+loader workers, and how long the training loop waited for each batch, then the medians.
 
     mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es
     mmptm tokenizer train --input '/tmp/tw/mono/train-*.tar' --out /tmp/tw/tokenizer \\
@@ -63,9 +63,13 @@ def trainer(recipe: str, data: Path, workers: int | None, out: str) -> Trainer:
     return Trainer(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
 
 
-def kept(batches: Iterator[dict], into: list[dict]) -> Iterator[dict]:
-    """``batches``, each also appended to ``into``."""
-    for batch in batches:
+def kept(batches: Iterator[dict], into: list[dict], waited: list[float]) -> Iterator[dict]:
+    """``batches``, each also appended to ``into``; ``waited`` gets the seconds each took to
+    arrive (the training loop waiting for data)."""
+    while True:
+        t = time.perf_counter()
+        batch = next(batches)
+        waited.append(time.perf_counter() - t)
         into.append(batch)
         yield batch
 
@@ -78,13 +82,14 @@ def bench(recipe: str, args: argparse.Namespace) -> dict[str, list[float]]:
         for _ in range(args.warmup):  # workers start, the shuffle buffer fills, Adam's state
             t.train_step(loader)
         rec: dict[str, list[float]] = {k: [] for k in ("loader", "memory", "ratio", "cpu_loader",
-                                                        "cpu_memory", "cpu_workers")}  # fmt: skip
+                                                        "cpu_memory", "cpu_workers", "wait")}  # fmt: skip
         print(f"{recipe}: batch {t.cfg.data.batch_size}, {workers} loader workers, "
               f"{torch.get_num_threads()} torch threads", flush=True)  # fmt: skip
         for r in range(args.rounds):
             held: list[dict] = []
+            waited: list[float] = []
             w0, c0, t0 = children_cpu_s(), time.process_time(), time.perf_counter()
-            it = kept(loader, held)
+            it = kept(loader, held, waited)
             for _ in range(args.steps):
                 t.train_step(it)
             wall, cpu, worker_cpu = (time.perf_counter() - t0, time.process_time() - c0,
@@ -100,10 +105,12 @@ def bench(recipe: str, args: argparse.Namespace) -> dict[str, list[float]]:
             rec["cpu_loader"].append(cpu / args.steps)
             rec["cpu_memory"].append(cpu_mem / args.steps)
             rec["cpu_workers"].append(worker_cpu / args.steps)
+            rec["wait"].append(sum(waited) / args.steps)
             print(f"  round {r + 1}: steps/s loader {rec['loader'][-1]:.2f}  memory "
                   f"{rec['memory'][-1]:.2f}  ratio {rec['ratio'][-1]:.3f}   CPU s/step: "
                   f"trainer {rec['cpu_loader'][-1]:.3f} vs {rec['cpu_memory'][-1]:.3f}, "
-                  f"workers {rec['cpu_workers'][-1]:.3f}", flush=True)  # fmt: skip
+                  f"workers {rec['cpu_workers'][-1]:.3f}; waiting for batches "
+                  f"{rec['wait'][-1]:.4f} s/step", flush=True)  # fmt: skip
         return rec
 
 
@@ -122,13 +129,13 @@ def main() -> None:
     results = {recipe: bench(recipe, args) for recipe in args.recipes.split(",")}
     print(f"\n| recipe | steps/s loader | steps/s memory | loader / memory (median of "
           f"{args.rounds} rounds; range) | CPU s/step trainer (loader / memory) | CPU s/step "
-          "workers |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "workers | waiting for batches, s/step |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for recipe, rec in results.items():
         m = {k: statistics.median(v) for k, v in rec.items()}
         print(f"| {recipe} | {m['loader']:.2f} | {m['memory']:.2f} | {m['ratio']:.3f} "
               f"({min(rec['ratio']):.3f}–{max(rec['ratio']):.3f}) | {m['cpu_loader']:.3f} / "
-              f"{m['cpu_memory']:.3f} | {m['cpu_workers']:.3f} |")  # fmt: skip
+              f"{m['cpu_memory']:.3f} | {m['cpu_workers']:.3f} | {m['wait']:.4f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
