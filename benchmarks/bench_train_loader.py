@@ -81,8 +81,8 @@ def bench(recipe: str, args: argparse.Namespace) -> dict[str, list[float]]:
         loader = iter(Loader(t.stream, workers))
         for _ in range(args.warmup):  # workers start, the shuffle buffer fills, Adam's state
             t.train_step(loader)
-        rec: dict[str, list[float]] = {k: [] for k in ("loader", "memory", "ratio", "cpu_loader",
-                                                        "cpu_memory", "cpu_workers", "wait")}  # fmt: skip
+        keys = ("loader", "memory", "ratio", "cpu_loader", "cpu_memory", "cpu_workers", "wait")
+        rec: dict[str, list[float]] = {k: [] for k in keys}
         print(f"{recipe}: batch {t.cfg.data.batch_size}, {workers} loader workers, "
               f"{torch.get_num_threads()} torch threads", flush=True)  # fmt: skip
         for r in range(args.rounds):
