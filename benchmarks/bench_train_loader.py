@@ -14,6 +14,7 @@ loader workers, and how long the training loop waited for each batch, then the m
     .venv/bin/python benchmarks/bench_train_loader.py --data /tmp/tw \\
         [--recipes clip_tiny,visualbert_tiny,mbert_tiny] [--rounds 5] [--steps 20] \\
         [--workers N] [--threads N]
+    .venv/bin/python benchmarks/bench_train_loader.py --data /tmp/tw --compare-threads 1,2
 """
 
 from __future__ import annotations
@@ -114,6 +115,30 @@ def bench(recipe: str, args: argparse.Namespace) -> dict[str, list[float]]:
         return rec
 
 
+def bench_threads(recipe: str, args: argparse.Namespace) -> dict[int, list[float]]:
+    """Steps/s from batches in memory, rounds alternating between the ``--compare-threads``
+    torch thread counts (with the loader workers alive and idle, as in training)."""
+    counts = [int(n) for n in args.compare_threads.split(",")]
+    with tempfile.TemporaryDirectory() as out:
+        t = trainer(recipe, args.data, args.workers, out)
+        loader = iter(Loader(t.stream, t.cfg.data.num_workers))
+        held = [next(loader) for _ in range(args.steps)]
+        for _ in range(args.warmup):
+            t.train_step(iter(held))
+        rates: dict[int, list[float]] = {n: [] for n in counts}
+        for r in range(args.rounds):
+            for n in counts if r % 2 == 0 else counts[::-1]:
+                torch.set_num_threads(n)
+                t0 = time.perf_counter()
+                replay = iter(held)
+                for _ in range(args.steps):
+                    t.train_step(replay)
+                rates[n].append(args.steps / (time.perf_counter() - t0))
+            shown = "  ".join(f"{n} threads {rates[n][-1]:.2f}" for n in counts)
+            print(f"  {recipe} round {r + 1}: steps/s {shown}", flush=True)
+        return rates
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="toyworld dir with tokenizer.model")
@@ -123,7 +148,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--compare-threads", default="", help="e.g. 1,2: steps/s (batches from "
+                   "memory) at each torch thread count instead")  # fmt: skip
     args = p.parse_args()
+    if args.compare_threads:
+        for recipe in args.recipes.split(","):
+            rates = bench_threads(recipe, args)
+            medians = ", ".join(f"{n} threads {statistics.median(v):.2f}" for n, v in rates.items())
+            print(f"{recipe}: median steps/s {medians}")
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     results = {recipe: bench(recipe, args) for recipe in args.recipes.split(",")}
