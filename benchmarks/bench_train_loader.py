@@ -86,6 +86,7 @@ def bench(recipe: str, args: argparse.Namespace) -> dict[str, list[float]]:
         rec: dict[str, list[float]] = {k: [] for k in keys}
         print(f"{recipe}: batch {t.cfg.data.batch_size}, {workers} loader workers, "
               f"{torch.get_num_threads()} torch threads", flush=True)  # fmt: skip
+        rec["gflop"] = [t.flops_per_step / 1e9]  # the first step's, counted by the trainer
         for r in range(args.rounds):
             held: list[dict] = []
             waited: list[float] = []
@@ -162,13 +163,14 @@ def main() -> None:
     results = {recipe: bench(recipe, args) for recipe in args.recipes.split(",")}
     print(f"\n| recipe | steps/s loader | steps/s memory | loader / memory (median of "
           f"{args.rounds} rounds; range) | CPU s/step trainer (loader / memory) | CPU s/step "
-          "workers | waiting for batches, s/step |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+          "workers | waiting for batches, s/step | GFLOP/step (GFLOP/s from memory) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for recipe, rec in results.items():
         m = {k: statistics.median(v) for k, v in rec.items()}
         print(f"| {recipe} | {m['loader']:.2f} | {m['memory']:.2f} | {m['ratio']:.3f} "
               f"({min(rec['ratio']):.3f}–{max(rec['ratio']):.3f}) | {m['cpu_loader']:.3f} / "
-              f"{m['cpu_memory']:.3f} | {m['cpu_workers']:.3f} | {m['wait']:.4f} |")  # fmt: skip
+              f"{m['cpu_memory']:.3f} | {m['cpu_workers']:.3f} | {m['wait']:.4f} | "
+              f"{m['gflop']:.1f} ({m['gflop'] * m['memory']:.1f}) |")  # fmt: skip
 
 
 if __name__ == "__main__":
