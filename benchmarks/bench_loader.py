@@ -52,6 +52,8 @@ def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
             f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar",
             f"data.sources.tlm.shards={data}/parallel/train-*.tar",
         ]
+    if recipe == "mbert_tiny":
+        return [*over, f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar"]
     views = {"clip_tiny": "image_text", "vilt_tiny": "image_text", "video_clip_tiny": "video"}
     views |= {k: "video_features" for k in ("videoclip_tiny", "videobert_tiny", "cbt_tiny")}
     views |= {k: "audio" for k in AUDIO_VIEW}

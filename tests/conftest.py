@@ -231,3 +231,59 @@ def read_shard_samples(paths: list[str]) -> list[tuple[str, dict[str, bytes]]]:
     keys = [k for k, _ in samples]
     assert len(set(keys)) == len(keys) and not any("/" in k for k in keys)
     return samples
+
+
+#: processes of the spawned gloo runs (tests/train/test_distributed.py, test_fsdp.py)
+WORLD = 2
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(fn, args: tuple, deadline_s: float, done=lambda: False, world: int = WORLD):
+    """Run ``fn(rank, *args)`` in ``world`` processes; fail the test past the deadline.
+    ``done``: the test has what it needs (the other processes are then ended)."""
+    import sys
+    import time
+
+    import torch.multiprocessing as mp
+
+    # The spawned children import fn's module by its name; make its root importable.
+    name = fn.__module__
+    root = Path(sys.modules[name].__file__).resolve().parents[name.count(".")]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    ctx = mp.spawn(fn, args=args, nprocs=world, join=False)
+    deadline = time.monotonic() + deadline_s
+    try:
+        while not ctx.join(timeout=1):
+            if done():
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the {world}-process gloo run did not finish within {deadline_s} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+
+
+def rank_env(rank: int, port: int, world: int = WORLD) -> None:
+    """What torchrun sets for a rank on 127.0.0.1, one torch thread per rank."""
+    import multiprocessing
+    import os
+
+    import torch
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+        LOCAL_RANK=str(rank), OMP_NUM_THREADS="1",
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    # As under torchrun: loader workers fork (a spawned child would spawn them, re-importing
+    # torch in every worker of every epoch)
+    multiprocessing.set_start_method("fork", force=True)

@@ -58,6 +58,20 @@ class TrainConfig:
     #: the run stops with a message naming the ranks that did not answer; allow for the
     #: slowest checkpoint write
     dist_timeout_s: float = bounded(600.0, gt=0)
+    #: how ranks under ``torchrun`` share the work: ddp = each holds the whole model and
+    #: optimiser; fsdp = FSDP2, each holds a shard of every parameter, gradient and optimiser
+    #: state (per block of ``block_modules``), with sharded checkpoints (``step_N.dcp/``)
+    #: that resume at another number of ranks
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    #: class names of the model's blocks: the FSDP units and what activation checkpointing
+    #: recomputes (mmptm's TransformerBlock, timm's ViT Block)
+    block_modules: list[str] = field(default_factory=lambda: ["TransformerBlock", "Block"])
+    #: recompute each block's forward in the backward pass: less activation memory for
+    #: about a third more compute (any parallel mode, and one process)
+    activation_checkpointing: bool = False
+    #: peak FLOP/s of one device, for the ``mfu`` column of metrics.jsonl; 0 = known GPUs'
+    #: bf16 dense peak (H100, A100, L4, ...), no mfu elsewhere
+    peak_flops: float = bounded(0.0, ge=0)
     #: DDP option for models whose objectives leave parameters unused on some steps
     find_unused_parameters: bool = False
     #: parameters left out of training, as glob patterns over their names, e.g.

@@ -1,9 +1,10 @@
-"""The pre-training loop: one process, or one per rank under ``torchrun`` (DDP).
+"""The pre-training loop: one process, or one per rank under ``torchrun`` (DDP or FSDP).
 
 Writes ``<output_dir>/config.yaml`` (the resolved recipe), ``metrics.jsonl`` (one JSON row per
 logged step) and TensorBoard event files beside it (``metrics_log.py``), and
-``checkpoints/step_XXXXXXXX.pt`` (atomic; model, optimiser, scheduler, RNG
-and data position of every rank), so that ``resume=true`` continues exactly.
+``checkpoints/step_XXXXXXXX.pt`` (atomic; model, optimiser, scheduler, RNG and data position
+of every rank; ``step_XXXXXXXX.dcp/`` with sharded files under FSDP), so that
+``resume=true`` continues exactly.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 from mmptm.batch import move_to
@@ -39,6 +45,7 @@ from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.objectives.base import Objective
 from mmptm.progress import progress_bar
+from mmptm.train import flops, parallel
 from mmptm.train.metrics_log import MetricsLog
 from mmptm.train.optim import build_optimizer, freeze
 
@@ -51,7 +58,8 @@ class NonFiniteLoss(FloatingPointError):
 
 
 class RankStalled(TimeoutError):
-    """Under DDP, ranks stopped answering for ``train.dist_timeout_s``; the message names them."""
+    """Under DDP or FSDP, ranks stopped answering for ``train.dist_timeout_s``; the message
+    names them."""
 
 
 #: how collectives fail when a peer is gone or late (gloo raises plain RuntimeErrors)
@@ -154,12 +162,33 @@ def check_writable(folder: Path) -> None:
         raise OSError(e.errno, f"output_dir {folder} is not writable ({e.strerror})") from None
 
 
+def check_same_parameters(cfg: RunConfig) -> None:
+    """FSDP reduces each block's gradients as one tensor per rank: every rank must compute
+    gradients for the same parameters at each step. Settings that let ranks train different
+    parts are refused (as are, by a timeout, mixtures whose sources need different encoders)."""
+    varying = {
+        "model.task_mix": "samples an objective per rank",
+        "model.routes": "trains other objectives on other sources' batches",
+        "train.find_unused_parameters": "is for steps that leave parameters unused",
+    }
+    tc, model = cfg.train, cfg.model
+    for key, on in zip(varying, (model.task_mix, model.routes, tc.find_unused_parameters)):
+        if on:
+            raise ValueError(
+                f"train.parallel=fsdp needs every rank to use the same parameters at each "
+                f"step, but {key} {varying[key]}: use train.parallel=ddp with "
+                "train.find_unused_parameters=true"
+            )
+
+
 class Trainer:
     """Builds everything a run needs from a ``RunConfig`` and runs it to ``max_steps``."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         tc = cfg.train
+        if tc.parallel == "fsdp":
+            check_same_parameters(cfg)
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
         self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
         self.device = pick_device(tc.device, self.dist.local_rank)
@@ -207,11 +236,25 @@ class Trainer:
                 "of their samples (a multiple of %d shards reads each shard once)",
                 shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
             )  # fmt: skip
+        #: the blocks that recompute their forward in backward (activation checkpointing)
+        self.recomputed: list[nn.Module] = []
+        if tc.activation_checkpointing:
+            self.recomputed = parallel.checkpoint_blocks(self.model, tc.block_modules)
+        #: FSDP with one rank holds the whole model, as fully_shard would; its checkpoints are
+        #: sharded ones all the same, so that the run can go on with more ranks
+        self.sharded = tc.parallel == "fsdp"
+        #: parameters every FSDP rank holds whole (scalars); their gradients are averaged here
+        self.replicated: list[nn.Parameter] = []
+        #: the model is sharded across ranks
+        self.fsdp = self.sharded and self.dist.world > 1
+        if self.fsdp:
+            self.replicated = parallel.shard(self.model, tc.block_modules, self.bf16)
+        # after sharding: the optimiser holds the sharded parameters
         self.optimizer, self.scheduler = build_optimizer(
             self.model, tc, fused=self.device.type == "cuda"
         )
         self.net: nn.Module = self.model
-        if self.dist.world > 1:
+        if self.dist.world > 1 and not self.sharded:
             self.net = DistributedDataParallel(
                 self.model,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -227,6 +270,10 @@ class Trainer:
         self.nonfinite_skipped = 0
         #: seconds spent in the training loop, over all sessions of a resumed run
         self.elapsed_s = 0.0
+        #: model FLOPs of one step, all ranks (counted in the first step) and peak FLOP/s
+        self.flops_per_step: int | None = None
+        self._flops_logged = False
+        self.peak_flops = flops.peak_flops(self.device, tc.peak_flops)
 
     # -- checkpoints ---------------------------------------------------------------------------
 
@@ -239,37 +286,83 @@ class Trainer:
             },
             self.dist,
         )
-        path = checkpoint.checkpoint_path(self.ckpt_dir, self.step)
-        if self.dist.main:
-            try:
+        path = checkpoint.checkpoint_path(self.ckpt_dir, self.step, self.sharded)
+        common = {
+            "scheduler": self.scheduler.state_dict(),
+            "ranks": states,
+            "world_size": self.dist.world,
+            "config": to_dict(self.cfg),
+            "keep": self.cfg.train.keep_checkpoints,
+            "extra": {"nonfinite_skipped": self.nonfinite_skipped, "elapsed_s": self.elapsed_s},
+        }
+        try:
+            if self.sharded:  # every rank writes its shards
+                checkpoint.write_sharded(
+                    self.ckpt_dir, self.step, state=self._sharded_state(), **common
+                )
+            elif self.dist.main:
                 checkpoint.write(
                     self.ckpt_dir,
                     self.step,
                     model=self.model.state_dict(),
                     optimizer=self.optimizer.state_dict(),
-                    scheduler=self.scheduler.state_dict(),
-                    ranks=states,
-                    world_size=self.dist.world,
-                    config=to_dict(self.cfg),
-                    keep=self.cfg.train.keep_checkpoints,
-                    extra={
-                        "nonfinite_skipped": self.nonfinite_skipped,
-                        "elapsed_s": self.elapsed_s,
-                    },
+                    **common,
                 )
-            except OSError as e:  # a full disk: the write was atomic, the last one stands
-                kept = checkpoint.list_checkpoints(self.ckpt_dir)
-                note = f"; {kept[-1].name} is kept" if kept else ""
-                raise OSError(e.errno, f"cannot write {path} ({e.strerror or e}){note}") from None
+        except OSError as e:  # a full disk: the write was atomic, the last one stands
+            kept = checkpoint.list_checkpoints(self.ckpt_dir)
+            note = f"; {kept[-1].name} is kept" if kept else ""
+            raise OSError(e.errno, f"cannot write {path} ({e.strerror or e}){note}") from None
         if self.dist.world > 1:
             dist.barrier()
         return path
 
+    def _sharded_state(self) -> dict[str, Any]:
+        """Model and optimiser state as DCP saves and loads it: this rank's shards (whole
+        tensors without FSDP), optimiser state keyed by parameter name."""
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        return {"model": model, "optimizer": optimizer}
+
+    def _load_weights(self, ckpt: Checkpoint) -> None:
+        """Model and optimiser from either kind of checkpoint, whatever this run's kind."""
+        if ckpt.sharded:  # DCP reshards to this run's ranks, or gathers into a whole model
+            state = self._sharded_state()
+            checkpoint.load_sharded(ckpt.path, state)
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+            )
+        elif self.fsdp:  # a .pt file into FSDP shards
+            # the optimiser's parameters are numbered in the order of its groups: name them
+            names = {id(p): n for n, p in self.model.named_parameters()}
+            order = [names[id(p)] for g in self.optimizer.param_groups for p in g["params"]]
+            saved = ckpt.optimizer or {}
+            optimizer = {
+                "state": {order[i]: s for i, s in saved.get("state", {}).items()},
+                "param_groups": [
+                    {**g, "params": [order[i] for i in g["params"]]}
+                    for g in saved.get("param_groups", [])
+                ],
+            }
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=ckpt.model,
+                optim_state_dict=optimizer,
+                options=StateDictOptions(full_state_dict=True),
+            )
+        else:
+            self.model.load_state_dict(ckpt.model)
+            self.optimizer.load_state_dict(ckpt.optimizer)
+
     def restore(self, ckpt: Checkpoint) -> None:
-        if ckpt.world_size != self.dist.world:
+        regrouped = ckpt.world_size != self.dist.world
+        if regrouped and not self.sharded:
             raise ValueError(
                 f"{ckpt.path} was written by {ckpt.world_size} ranks; resuming with "
-                f"{self.dist.world} would change which samples each rank sees"
+                f"{self.dist.world} would change which samples each rank sees (with "
+                "train.parallel=fsdp a run resumes at another number of ranks)"
             )
         theirs = ckpt.config.get("train", {}).get("max_steps")
         if theirs is not None and theirs != self.cfg.train.max_steps:
@@ -282,16 +375,40 @@ class Trainer:
         changed = config_changes(ckpt.config, to_dict(self.cfg))
         if changed and self.dist.main:
             log.warning("resuming with settings changed since %s: %s", ckpt.path, changed)
-        self.model.load_state_dict(ckpt.model)
-        self.optimizer.load_state_dict(ckpt.optimizer)
+        self._load_weights(ckpt)
         self.scheduler.load_state_dict(ckpt.scheduler)
-        mine = ckpt.ranks[self.dist.rank]
-        checkpoint.set_rng_state(mine["rng"])
-        self.data_state = DataState(**mine["data"])
         self.step = ckpt.step
+        if regrouped:
+            self._regroup(ckpt)
+        else:
+            mine = ckpt.ranks[self.dist.rank]
+            checkpoint.set_rng_state(mine["rng"])
+            self.data_state = DataState(**mine["data"])
         self.nonfinite_skipped = int(ckpt.extra.get("nonfinite_skipped", 0))
         self.elapsed_s = float(ckpt.extra.get("elapsed_s", 0.0))
         log.info("resumed from %s at step %d", ckpt.path, self.step)
+
+    def _regroup(self, ckpt: Checkpoint) -> None:
+        """Data position and RNG after a resume at another number of ranks: which samples a
+        rank reads depends on the number of ranks, so positions within an epoch do not carry
+        over. The run goes on at the start of the next epoch (of the current one if no rank
+        had begun it), so that no sample is seen twice within an epoch, and every rank's RNG
+        is seeded from the seed, the step and its rank."""
+        states = [DataState(**r["data"]) for r in ckpt.ranks]
+        epoch = max(s.epoch for s in states)
+        begun = any(sum(s.consumed) or s.next_worker for s in states if s.epoch == epoch)
+        skipped = sum(s.skipped_before for s in states)  # this epoch's are lost with it
+        self.data_state = DataState(
+            epoch=epoch + begun, skipped_before=skipped if self.dist.main else 0
+        )
+        seed_everything(self.cfg.seed + 1_000_003 * ckpt.step + self.dist.rank)
+        if self.dist.main:
+            log.warning(
+                "%s was written by %d ranks, this run has %d: model, optimiser and schedule "
+                "continue from step %d; the data continue at the start of epoch %d (samples "
+                "left in epoch %d are not read), with the RNG seeded anew",
+                ckpt.path, ckpt.world_size, self.dist.world, ckpt.step, epoch + begun, epoch,
+            )  # fmt: skip
 
     def _maybe_resume(self) -> None:
         r = self.cfg.resume
@@ -308,9 +425,16 @@ class Trainer:
             if not checkpoint.list_checkpoints(self.ckpt_dir):
                 log.info("resume=true but %s has no checkpoint: starting fresh", self.ckpt_dir)
                 return
-            self.restore(checkpoint.read(self.ckpt_dir))
-        else:
-            self.restore(checkpoint.read(r))
+            r = self.ckpt_dir
+        ckpt = checkpoint.read(r, weights=False)
+        while True:
+            try:
+                return self.restore(ckpt)
+            except checkpoint.BrokenCheckpoint as e:  # on every rank: all go back together
+                if ckpt.path == Path(r):  # named explicitly
+                    raise
+                ckpt = checkpoint.read(r, weights=False, before=ckpt.step)
+                log.warning("%s; using the previous one, %s", e, ckpt.path)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -348,23 +472,28 @@ class Trainer:
         self.net.train()
         sums: dict[str, float] = {}
         reports: list[str] = []
+        # the first step's FLOPs are counted (the passes as they run, see ``flops``)
+        count = None
+        if self.flops_per_step is None:
+            names = {id(m): n for n, m in self.model.named_modules()}
+            count = flops.FlopCount([names[id(m)] for m in self.recomputed])
         for micro in range(tc.grad_accum):
             batch = move_to(next(batches), self.device)
-            last = micro == tc.grad_accum - 1
-            sync = contextlib.nullcontext()
-            if not last and isinstance(self.net, DistributedDataParallel):
-                sync = self.net.no_sync()
-            with sync:
-                with self._autocast():
+            with self._gradient_sync(micro == tc.grad_accum - 1):
+                with self._autocast(), count.forward() if count else contextlib.nullcontext():
                     out = self.net(batch)
-                # backward even when not finite: DDP expects every rank's gradients
-                (out.loss / tc.grad_accum).backward()
+                # backward even when not finite: DDP and FSDP expect every rank's gradients
+                with count.backward() if count else contextlib.nullcontext():
+                    (out.loss / tc.grad_accum).backward()
             loss = out.loss.item()
             if not math.isfinite(loss):
                 reports.append(self._report(out, batch["__key__"]))
             sums["loss"] = sums.get("loss", 0.0) + loss
             for k, v in out.terms.items():
                 sums[k] = sums.get(k, 0.0) + v.float().item()
+        parallel.average_gradients(self.replicated)
+        if count is not None:
+            self.flops_per_step = self._sum_ranks(count.flops)
         bad = self._all_reports(reports)
         if bad:
             self.optimizer.zero_grad(set_to_none=True)
@@ -381,6 +510,34 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         return terms
+
+    def _gradient_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Gradients are reduced across ranks in the last micro-batch's backward only."""
+        if isinstance(self.net, DistributedDataParallel) and not last:
+            return self.net.no_sync()
+        if self.fsdp:
+            self.model.set_requires_gradient_sync(last)  # type: ignore[operator]
+        return contextlib.nullcontext()
+
+    def _sum_ranks(self, value: int) -> int:
+        if self.dist.world == 1:
+            return value
+        total = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(total)
+        return int(total.item())
+
+    def _throughput(self, steps: float, seconds: float) -> dict[str, float]:
+        """``flops_per_step`` (in the first row of a process) and ``mfu`` for a logged row."""
+        row: dict[str, float] = {}
+        if self.flops_per_step is None:
+            return row
+        if not self._flops_logged:
+            row["flops_per_step"] = self.flops_per_step
+            self._flops_logged = True
+        if self.peak_flops and seconds > 0:
+            mfu = flops.mfu(self.flops_per_step, steps / seconds, self.peak_flops, self.dist.world)
+            row["mfu"] = round(mfu, 6)
+        return row
 
     def _skip_nonfinite(self, message: str) -> None:
         """Skip the step (no update), or stop when ``train.max_nonfinite_steps`` are used up."""
@@ -450,6 +607,9 @@ class Trainer:
                         "data_skipped": self._skipped(),
                         "nonfinite_skipped": self.nonfinite_skipped,
                         "epoch": self.loader.state.epoch,
+                        **self._throughput(
+                            samples / (tc.grad_accum * cfg.data.batch_size * self.dist.world), dt
+                        ),
                     }
                     bar.set_postfix(loss=f"{terms['loss']:.4g}",
                                     samples_per_s=f"{last['samples_per_s']:.4g}")  # fmt: skip
@@ -500,11 +660,7 @@ class Trainer:
 
     def _skipped(self) -> int:
         """Bad samples skipped so far by all ranks."""
-        if self.dist.world == 1:
-            return self.loader.skipped
-        total = torch.tensor([self.loader.skipped], dtype=torch.int64, device=self.device)
-        dist.all_reduce(total)
-        return int(total.item())
+        return self._sum_ranks(self.loader.skipped)
 
 
 def pretrain(cfg: RunConfig) -> dict[str, Any]:

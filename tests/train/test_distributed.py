@@ -5,19 +5,22 @@ at a barrier before tearing gloo down (one that left first aborted the other und
 from __future__ import annotations
 
 import json
-import multiprocessing
-import os
 import re
-import socket
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from conftest import TEXT_MLM, read_shard_samples, text_mlm_overrides
+from conftest import (
+    TEXT_MLM,
+    WORLD,
+    free_port,
+    rank_env,
+    read_shard_samples,
+    spawn_ranks,
+    text_mlm_overrides,
+)
 
 from mmptm.data.shards import ShardWriter
 
@@ -26,52 +29,12 @@ pytestmark = [
     pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs gloo"),
 ]
 
-WORLD = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _spawn(fn, args: tuple, deadline_s: float, done=lambda: False) -> None:
-    """Run ``fn(rank, *args)`` in WORLD processes; fail the test past the deadline. ``done``:
-    the test has what it needs (the other processes are then ended)."""
-    # The spawned children import this module by its name; make its root importable.
-    root = Path(__file__).resolve().parents[__name__.count(".")]
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    ctx = mp.spawn(fn, args=args, nprocs=WORLD, join=False)
-    deadline = time.monotonic() + deadline_s
-    try:
-        while not ctx.join(timeout=1):
-            if done():
-                return
-            if time.monotonic() > deadline:
-                pytest.fail(f"the {WORLD}-process gloo run did not finish within {deadline_s} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-
-
-def _env(rank: int, port: int) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(WORLD), RANK=str(rank),
-        LOCAL_RANK=str(rank), OMP_NUM_THREADS="1",
-    )  # fmt: skip
-    torch.set_num_threads(1)
-    # As under torchrun: loader workers fork (a spawned child would spawn them, re-importing
-    # torch in every worker of every epoch)
-    multiprocessing.set_start_method("fork", force=True)
-
 
 def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
     """Train each run; save per step the batch's sample keys and the data epoch, and the
     error that stopped it. ``runs``: name → (recipe, overrides, forward calls of rank 1
     that give a NaN loss)."""
-    _env(rank, port)
+    rank_env(rank, port)
     from mmptm.models.pretrain import PretrainModel, PretrainOutput
     from mmptm.models.run import load_run_config
     from mmptm.train.trainer import NonFiniteLoss, Trainer
@@ -153,7 +116,7 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
                               "train.max_nonfinite_steps=1"], (2, 4))  # fmt: skip
     out = tmp_path / "out"
     out.mkdir()
-    _spawn(_record_runs, (_free_port(), args, str(out)), deadline_s=240)
+    spawn_ranks(_record_runs, (free_port(), args, str(out)), deadline_s=240)
     ranks = [torch.load(out / f"rank{r}.pt") for r in range(WORLD)]
     for name, (_, _, _, steps) in runs.items():
         epochs = ranks[0][name]["epochs"]
@@ -178,7 +141,7 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
 
 def _stall_rank_1(rank: int, port: int, recipe: str, overrides: list, out_dir: str) -> None:
     """Rank 1 stops answering before step 3 (as if paused); rank 0 reports what it sees."""
-    _env(rank, port)
+    rank_env(rank, port)
     from mmptm.models.run import load_run_config
     from mmptm.train.trainer import Trainer, pretrain
 
@@ -204,7 +167,7 @@ def test_a_stalled_rank_is_named_after_the_timeout(tiny_world, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     report = out / "rank0.txt"
-    _spawn(_stall_rank_1, (_free_port(), TEXT_MLM, overrides, str(out)), deadline_s=180,
+    spawn_ranks(_stall_rank_1, (free_port(), TEXT_MLM, overrides, str(out)), deadline_s=180,
            done=report.exists)  # fmt: skip
     seconds, message = report.read_text().split(" ", 1)
     assert message.startswith("RankStalled: rank 1 stopped answering at step 3: no reply within "

@@ -116,12 +116,21 @@ def uninterrupted(tiny_world, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["step5", "write6"])
+@pytest.mark.parametrize(
+    ("where", "parallel"), [("step5", "ddp"), ("write6", "ddp"), ("write6", "fsdp")]
+)
 def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
-    tiny_world, tmp_path, uninterrupted, where
+    tiny_world, tmp_path, uninterrupted, where, parallel
 ):
+    # fsdp: one process holds the whole model (the same steps) but writes sharded checkpoints,
+    # killed after DCP wrote the shards, as rank 0 writes meta.pt before the rename
     run = tmp_path / "run"
-    argv = ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)]
+    argv = [
+        "pretrain",
+        TEXT_MLM,
+        *text_mlm_overrides(tiny_world, run),
+        f"train.parallel={parallel}",
+    ]
     killed = subprocess.run([sys.executable, "-c", KILLER, where, *argv], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-2000:]
@@ -129,7 +138,8 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
     assert [r["step"] for r in _rows(run)] == logged
     if where == "write6":  # the killed write left its temporary file, not a step_6 file
         names = os.listdir(run / "checkpoints")
-        assert "step_00000006.pt" not in names and any(n.endswith(".tmp") for n in names)
+        assert not [n for n in names if n.startswith("step_00000006")]
+        assert any(n.startswith(".step_00000006") and n.endswith(".tmp") for n in names)
     assert main([*argv, "resume=true"]) == 0  # from step 3
     assert [r["step"] for r in _rows(run)] == [1, 2, 3, 4, 5, 6]  # each step once
     board = EventAccumulator(str(run))  # TensorBoard too (it hides the killed run's 4..)
@@ -142,19 +152,30 @@ def test_kill_9_then_resume_reaches_the_uninterrupted_losses(
     assert not [p for p in run.rglob("*.tmp")]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage"])
-def test_broken_newest_checkpoint_resumes_from_the_one_before(tiny_world, tmp_path, uninterrupted,
-                                                              caplog, damage):  # fmt: skip
+@pytest.mark.parametrize(
+    ("damage", "parallel"), [("truncated", "ddp"), ("garbage", "ddp"), ("garbage", "fsdp")]
+)
+def test_broken_newest_checkpoint_resumes_from_the_one_before(
+    tiny_world, tmp_path, uninterrupted, caplog, damage, parallel
+):
     run = tmp_path / "run"
-    argv = ["pretrain", TEXT_MLM, *text_mlm_overrides(tiny_world, run)]
+    argv = [
+        "pretrain",
+        TEXT_MLM,
+        *text_mlm_overrides(tiny_world, run),
+        f"train.parallel={parallel}",
+    ]
     assert main(argv) == 0
-    newest = run / "checkpoints" / "step_00000006.pt"
+    kind = "dcp" if parallel == "fsdp" else "pt"
+    newest = run / "checkpoints" / f"step_00000006.{kind}"
+    if parallel == "fsdp":  # shard data of the right size: found only when loaded
+        newest = next(newest.glob("*.distcp"))
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) // 3] if damage == "truncated" else os.urandom(len(data)))
     with caplog.at_level(logging.WARNING):
         assert main([*argv, "resume=true"]) == 0
     assert re.search(
-        r"step_00000006.pt: cannot read this checkpoint .*step_00000003.pt", caplog.text
+        rf"step_00000006.{kind}: cannot read this checkpoint .*step_00000003.{kind}", caplog.text
     )
     assert _losses(run) == _losses(uninterrupted)
     assert checkpoint.read(run).step == 6  # written again, whole

@@ -223,3 +223,13 @@ def test_a_fresh_run_into_an_output_dir_with_checkpoints_is_refused(tiny_world, 
     with pytest.raises(ValueError, match=r"has checkpoints .*step_00000002.pt.*resume=true"):
         Trainer(load_run_config(TEXT_MLM, over)).fit()
     assert [r["step"] for r in _rows(run)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "key"), [("uniter_tiny", "model.task_mix"), ("xlm_xlco_tiny", "model.routes")]
+)
+def test_fsdp_refuses_settings_that_let_ranks_train_different_parameters(tiny_world, tmp_path,
+                                                                         recipe, key):  # fmt: skip
+    over = [*tiny_overrides(tiny_world, tmp_path, recipe), "train.parallel=fsdp"]
+    with pytest.raises(ValueError, match=f"same parameters at each step, but {key} "):
+        Trainer(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
