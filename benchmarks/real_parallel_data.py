@@ -145,7 +145,11 @@ def licences(copyright_file: Path) -> list[str]:
     """The licence names a DEP-5 copyright file lists (``License:`` lines), in order."""
     if not copyright_file.exists():
         return ["(no copyright file)"]
-    names = re.findall(r"^License:\s*(.+)$", copyright_file.read_text(errors="replace"), re.M)
+    text = copyright_file.read_text(errors="replace")
+    names = re.findall(r"^License:\s*(.+)$", text, re.M)
+    if not names:  # a free-form file: the licences it names in prose
+        prose = r"GNU (?:Lesser |Library )?General Public License|GNU Free Documentation License"
+        names = re.findall(prose, text)
     return list(dict.fromkeys(n.strip() for n in names)) or ["(see copyright file)"]
 
 
