@@ -7,8 +7,9 @@ see the same batches: the ``mbert_tiny`` recipe's own loader over ``data/real_pa
 (AdamW, decoupled decay on matrices, warmup then cosine decay, clipping at 1). mmptm runs in
 BERT's post-LN layout so that both compute the same function; a third curve is the recipe
 as it is (pre-LN). HF's optimiser is torch AdamW over HF's usual groups (no decay on biases
-and LayerNorm weights) on the same schedule. With ``--dropout 0`` the
-first two curves must agree to float precision; with dropout they differ only by its noise.
+and LayerNorm weights) on the same schedule; mmptm's modality-type vector, which HF lacks,
+is folded into HF's segment embedding and not trained. With ``--dropout 0`` the first two
+curves agree to float precision; with dropout they differ by its noise.
 
     python benchmarks/real_parallel_hf.py --data data/real_parallel --steps 600 [--dropout 0]
 """
@@ -146,6 +147,9 @@ def main() -> None:
     cfg = config(args, prenorm=False)
     mm, tok = build_model(cfg)
     hf = hf_model(cfg, mm)
+    # folded into HF's segment-0 embedding; trained, it would be a second copy of that
+    # vector with its own Adam step, the one difference left between the two models
+    mm.encoders["text"].type_embedding.requires_grad_(False)
     torch.manual_seed(args.seed)
     pre_cfg = config(args, prenorm=True)
     pre, _ = build_model(pre_cfg)
