@@ -92,8 +92,12 @@ def prepare(args: argparse.Namespace) -> None:
     for lang in LANGS:
         for part in ("train", "test"):
             src, tgt = files[f"{part}-{lang}"]
+            # Small shards: a shard holds one language pair and the loader reads shards one
+            # after another in a shuffled order, so with 10,000-pair shards the first 20,000
+            # TLM / XLCO pairs of a run were all German (two shards of en-de came first).
             sh([*MMPTM, "data", "parallel", "--input", str(src), str(tgt), "--langs",
-                f"en,{lang}", "--split", part, "--out", str(data / "parallel")])  # fmt: skip
+                f"en,{lang}", "--split", part, "--out", str(data / "parallel"),
+                "--shard-size", "1000"])  # fmt: skip
     for lang in ("en", *LANGS):
         (mono,) = files[f"mono-{lang}"]
         sh([*MMPTM, "data", "text", "--input", str(mono), "--lang", lang, "--split", "train",
