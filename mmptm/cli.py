@@ -374,13 +374,16 @@ def _eval_xnli(args: argparse.Namespace) -> int:
 
 def _eval_xret(args: argparse.Namespace) -> int:
     from mmptm.eval.classification import format_accuracy
-    from mmptm.eval.xlingual import evaluate_xlingual
+    from mmptm.eval.xlingual import evaluate_xlingual_vectors
 
-    result = evaluate_xlingual(
-        args.run, args.shards, pivot=args.pivot, max_per_language=args.max_items,
-        overrides=args.overrides,
+    # auto: the vector the recipe aligned and, beside it, the mean of the last layer
+    poolings = ["auto", "mean"] if args.pooling == "auto" else [args.pooling]
+    result = evaluate_xlingual_vectors(
+        args.run, args.shards, poolings=poolings, layer=args.layer, pivot=args.pivot,
+        max_per_language=args.max_items, overrides=args.overrides,
     )  # fmt: skip
-    print(format_accuracy({Path(args.run).name or args.run: result}))
+    print(f"{Path(args.run).name or args.run}: accuracy, both directions, per language")
+    print(format_accuracy(result))
     print(json.dumps(result))
     return 0
 
@@ -724,6 +727,18 @@ def build_parser() -> argparse.ArgumentParser:
     xr.add_argument("--shards", required=True, help="parallel-text shards")
     xr.add_argument("--pivot", default="en")
     xr.add_argument("--max-items", type=int, default=500, help="pairs per language")
+    xr.add_argument(
+        "--pooling",
+        default="auto",
+        help="auto (the aligned vector, if the recipe trains one, and the last "
+        "layer's mean) | mean | first | an aligned objective's name",
+    )
+    xr.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        help="for mean/first: 0 = embeddings, k = block k, -1 = last (default)",
+    )
     xr.set_defaults(fn=_eval_xret)
 
     pl = sub.add_parser("plot", help="draw training curves of runs (their metrics.jsonl)")

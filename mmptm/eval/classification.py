@@ -62,7 +62,8 @@ def evaluate_classification(
 def format_accuracy(rows: dict[str, dict[str, float]]) -> str:
     """A table: one row per run, one column per evaluation set."""
     cols = list(next(iter(rows.values())))
-    lines = [f"{'':<18}" + "".join(f"{c:>8}" for c in cols)]
+    w = max(18, *(len(name) + 2 for name in rows))
+    lines = [f"{'':<{w}}" + "".join(f"{c:>8}" for c in cols)]
     for name, r in rows.items():
-        lines.append(f"{name:<18}" + "".join(f"{100 * r[c]:>7.1f}%" for c in cols))
+        lines.append(f"{name:<{w}}" + "".join(f"{100 * r[c]:>7.1f}%" for c in cols))
     return "\n".join(lines)
