@@ -3,7 +3,8 @@ and its training curves (``curves*.png``: the runs it compares, one figure per s
 
 Studies sit beside the command line and call library functions only.
 
-- ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval.
+- ``clip``: toyworld → tokenizer → clip_tiny pre-training → image↔text retrieval → a search
+  index of the test images, queried in three languages (``mmptm serve`` opens it).
 - ``video``: toyworld video → video–text contrastive pre-training (VideoCLIP style, over clip
   features) with a temporal encoder and as a bag of frames → text↔video retrieval (every
   language) and the reversal test; optionally the frames model (mp4 decoded, a CNN per
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -41,10 +43,17 @@ from mmptm.eval.xlingual import evaluate_xlingual
 from mmptm.models.run import load_run_config
 from mmptm.objectives.audio_units import fit_audio_codebook
 from mmptm.objectives.vqa import build_answer_vocab, shard_answers, write_answer_vocab
+from mmptm.search.index import SearchIndex, build_index, format_hits
 from mmptm.train.trainer import Trainer, pretrain
 
 log = logging.getLogger(__name__)
 LANGS = ("en", "de", "fr", "ru", "es")
+#: what the clip demo asks its index (query, language of the query and of the captions shown)
+DEMO_QUERIES = (
+    ("a large red circle", "en"),
+    ("ein kleiner gelber Stern", "de"),
+    ("большой синий квадрат", "ru"),
+)
 VL_RECIPES = ("visualbert_tiny", "uniter_tiny", "vilbert_tiny", "lxmert_tiny", "albef_tiny")
 
 
@@ -116,14 +125,32 @@ def clip_study(out: Path, *, n_train=4000, n_test=500, steps=0, seed=0, override
     t = time.perf_counter()
     result = evaluate_retrieval(str(run), split="test")
     times["retrieval"] = time.perf_counter() - t
-    (out / "results.json").write_text(json.dumps({"retrieval": result, "seconds": times}, indent=2))
     print(f"\nclip_tiny on toyworld, test split ({int(result['n'])} image-caption pairs):")
     print(format_table({"clip_tiny": result}))
-    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
+    t = time.perf_counter()
+    index = _demo_index(run, f"{data}/image_text/test-*.tar", out / "index")
+    times["index"] = time.perf_counter() - t
+    (out / "results.json").write_text(json.dumps({"retrieval": result, "seconds": times}, indent=2))
+    print("\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()))
     _curves(out, "curves.png", {"clip_tiny": run},
             ["contrastive_loss", "contrastive_acc", "contrastive_logit_scale", "lr"],
             "clip_tiny pre-training on toyworld")  # fmt: skip
+    print(f"search the test images in a browser: mmptm serve {index}")
     return result
+
+
+def _demo_index(run: Path, shards: str, out: Path) -> Path:
+    """Index ``shards`` with ``run`` at ``out`` (rebuilt: the run may have trained on since)
+    and print the images the demo queries find, with their captions in the query's language."""
+    shutil.rmtree(out, ignore_errors=True)
+    summary = build_index(str(run), shards, out)
+    parts = ", ".join(f"{name} {n}" for name, n in summary["parts"].items())
+    print(f"\nsearch index {out}: {summary['items']} test images; vectors: {parts}")
+    index = SearchIndex.open(out)
+    for query, lang in DEMO_QUERIES:
+        print(f"\n{query!r} → images (their {lang} captions):")
+        print(format_hits(index.search_text(query, k=3, lang=lang), width=80))
+    return out
 
 
 def multilingual_study(

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -204,7 +205,23 @@ def test_demo_clip_writes_results_and_curves(tmp_path, capsys):
     rows = [json.loads(line) for line in (out / "clip_tiny" / "metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [2, 4]
     assert _drawn(out / "curves.png")
-    assert f"training curves: {out / 'curves.png'}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"training curves: {out / 'curves.png'}" in printed
+    # the test images are indexed by the demo's run and searched in three languages
+    from mmptm.search.index import SearchIndex
+    from mmptm.studies import DEMO_QUERIES
+
+    index = SearchIndex.open(out / "index")
+    assert index.meta["counts"]["items"] == 16
+    assert Path(index.meta["checkpoint"]).parent.parent == (out / "clip_tiny").resolve()
+    assert {lang for _, lang in DEMO_QUERIES} >= {"en", "ru"}
+    for query, lang in DEMO_QUERIES:
+        assert f"{query!r} → images (their {lang} captions)" in printed
+        hits = index.search_text(query, k=3, lang=lang)
+        block = printed.split(f"{query!r} → images")[1].split("\n\n")[0]
+        assert [line.split()[2] for line in block.splitlines()[2:5]] == [h.key for h in hits]
+        assert all(h.language == lang and h.caption in block for h in hits)
+    assert f"mmptm serve {out / 'index'}" in printed
 
 
 def test_toyworld_writes_the_five_languages_the_recipes_and_readme_name(tmp_path, capsys):

@@ -23,7 +23,7 @@ from mmptm.eval.curves import AXIS_COLUMNS, METRICS_FILE
 log = logging.getLogger(__name__)
 
 _OPTIM = ("lr", "grad_norm")
-_SYSTEM = ("samples_per_s", "data_skipped", "nonfinite_skipped", "epoch")
+_SYSTEM = ("samples_per_s", "data_skipped", "nonfinite_skipped", "epoch", "flops_per_step", "mfu")
 
 
 def keep_rows_until(metrics_path: Path, step: int) -> None:
