@@ -22,7 +22,6 @@ normalisation (``do_normalize``) and the sample rate.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,6 +37,7 @@ from mmptm.models.hf_import import (
     fit_state,
     load_hf_state_dict,
     map_name,
+    read_json_object,
     require,
 )
 from mmptm.models.load import NO_TEXT
@@ -268,16 +268,6 @@ def wav2vec2_state_dict_to_mmptm(
     return cfg, fit_state(out, PretrainModel(cfg, NO_TEXT).state_dict())
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        tree = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid json ({e})") from None
-    if not isinstance(tree, dict):
-        raise ValueError(f"{path}: expected a json object")
-    return tree
-
-
 def import_wav2vec2(
     hf_dir: str | Path, out_dir: str | Path, *, drop_prefixes: Iterable[str] = ()
 ) -> Path:
@@ -292,12 +282,12 @@ def import_wav2vec2(
     config_path = hf_dir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{hf_dir} lacks config.json")
-    hf_config = _read_json(config_path)
+    hf_config = read_json_object(config_path)
     _check_config(hf_config)  # before reading gigabytes of weights
     normalize, rate = True, 16000
     pre_path = hf_dir / PREPROCESSOR
     if pre_path.is_file():
-        pre = _read_json(pre_path)
+        pre = read_json_object(pre_path)
         normalize = bool(pre.get("do_normalize", normalize))
         rate = int(pre.get("sampling_rate", rate))
     else:

@@ -87,6 +87,17 @@ _PREFIX = "roberta."
 # The one post-LN LayerNorm eps mmptm's MLM head uses (nn.LayerNorm default).
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A json file holding an object (a model's config), with a one-line error naming it."""
+    try:
+        tree = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid json ({e})") from None
+    if not isinstance(tree, dict):
+        raise ValueError(f"{path}: expected a json object")
+    return tree
+
+
 def compile_names(table: Mapping[str, str]) -> list[tuple[re.Pattern[str], str]]:
     """A name table (HF → mmptm, ``{i}`` a layer index) as (regex, mmptm name) pairs."""
     out = []
@@ -296,7 +307,7 @@ def import_xlmr(
     missing = [p.name for p in (config_path, spm_path) if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{hf_dir} lacks {', '.join(missing)}")
-    hf_config = json.loads(config_path.read_text(encoding="utf-8"))
+    hf_config = read_json_object(config_path)
     if not isinstance(hf_config, dict):
         raise ValueError(f"{config_path}: expected a json object")
     _check_config(hf_config)  # before reading gigabytes of weights

@@ -29,7 +29,6 @@ the merges file by name; ``--config`` / ``--vocab`` give them without it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,7 +45,7 @@ from mmptm.encoders.base import VocabInfo
 from mmptm.modalities.image import RESAMPLE, RESIZE_MODES, ImageData
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
-from mmptm.models.hf_import import compile_names, fit_state, map_name
+from mmptm.models.hf_import import compile_names, fit_state, map_name, read_json_object
 from mmptm.models.pretrain import ModelConfig, PretrainModel
 from mmptm.models.run import RunConfig
 
@@ -171,16 +170,6 @@ def _open_clip_dir() -> Path | None:
     return Path(spec.origin).parent
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        tree = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid json ({e})") from None
-    if not isinstance(tree, dict):
-        raise ValueError(f"{path}: expected a json object")
-    return tree
-
-
 def read_model_config(
     name: str, config: str | Path | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -192,7 +181,7 @@ def read_model_config(
     can import.
     """
     if config is not None:
-        tree = _read_json(Path(config))
+        tree = read_json_object(Path(config))
     else:
         pkg = _open_clip_dir()
         if pkg is None:
@@ -203,11 +192,11 @@ def read_model_config(
         path = pkg / "model_configs" / f"{name}.json"
         if not path.is_file():
             known = sorted((pkg / "model_configs").glob("*.json"))
-            importable = [p.stem for p in known if _is_supported(_read_json(p))]
+            importable = [p.stem for p in known if _is_supported(read_json_object(p))]
             raise ValueError(
                 f"unknown open_clip model {name!r}; models mmptm imports: {', '.join(importable)}"
             )
-        tree = _read_json(path)
+        tree = read_json_object(path)
     if "model_cfg" in tree:  # HF hub layout
         return dict(tree["model_cfg"]), dict(tree.get("preprocess_cfg") or {})
     return tree, {}
