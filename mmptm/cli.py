@@ -853,7 +853,12 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
     de.add_argument("--n-train", type=int, default=4000)
     de.add_argument("--n-test", type=int, default=500)
-    de.add_argument("--steps", type=int, default=0, help="pre-training steps (0: recipe's)")
+    de.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="pre-training steps (0: clip 2500, multilingual 2000, else the recipe's)",
+    )
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
     de.add_argument("--ft-steps", type=int, default=0,
                     help="fine-tuning steps (0: the study's own, 1500; audio: 600)")  # fmt: skip

@@ -200,8 +200,12 @@ def test_demo_clip_writes_results_and_curves(tmp_path, capsys):
             "--set", "data.batch_size=8", "--set", "data.num_workers=0",
             "--set", "train.log_every=2"]  # fmt: skip
     assert main(argv) == 0
-    result = json.loads((out / "results.json").read_text())["retrieval"]
-    assert result["n"] == 16
+    results = json.loads((out / "results.json").read_text())
+    assert results["retrieval"]["n"] == 16
+    by_lang = results["retrieval_by_language"]
+    assert set(by_lang) == {"en", "de", "fr", "ru"} and by_lang["en"] == results["retrieval"]
+    # each language's captions are their own test: the table differs from English somewhere
+    assert any(r != by_lang["en"] for r in by_lang.values())
     rows = [json.loads(line) for line in (out / "clip_tiny" / "metrics.jsonl").open()]
     assert [r["step"] for r in rows] == [2, 4]
     assert _drawn(out / "curves.png")
