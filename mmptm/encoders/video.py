@@ -18,6 +18,11 @@ makes it a video model:
 every patch token of every frame (N = T·P, frame-major). An image is a 1-frame clip, so one
 encoder trains on batches of images and batches of clips alike.
 
+``video_backbone`` reads the same ``frames`` but runs a torchvision video network over the
+whole clip (R3D / MC3 / R(2+1)D / S3D 3D convolutions, Video Swin, MViT: time is mixed inside
+the backbone), by name; its feature map pooled over space gives one token per output time
+step (T' = T / the network's temporal stride), or one token per clip.
+
 Legend: B batch, T frames, P patch tokens per frame, C backbone channels, D fusion width.
 """
 
@@ -27,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
+import torchvision
 from torch import nn
 
-from mmptm.encoders.backbone import create_backbone, input_facts
+from mmptm.encoders.backbone import create_backbone, input_facts, load_backbone_weights
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.modalities.base import Need
@@ -241,3 +248,132 @@ class VideoFramesEncoder(Encoder):
         x_BND = x_BTPD.reshape(B, T * P, self.width)  # frame-major: frame t is rows t·P..t·P+P-1
         mask_BN = real_BT.repeat_interleave(P, dim=1)
         return ModalityTokens(self.add_type(x_BND), mask_BN)
+
+
+#: torchvision's video networks (``torchvision.models.video``) and where their features are
+#: read: ResNet-style 3D CNNs (stem + four stages), S3D (``features``), Video Swin
+#: (patch embedding, stages, norm: channels last), MViT (its class token: one per clip)
+_TV_FAMILIES = {
+    "r3d_18": "resnet", "mc3_18": "resnet", "r2plus1d_18": "resnet", "s3d": "s3d",
+    "swin3d_t": "swin", "swin3d_s": "swin", "swin3d_b": "swin",
+    "mvit_v1_b": "mvit", "mvit_v2_s": "mvit",
+}  # fmt: skip
+#: the classifier each family's ``forward`` ends with, removed (never trained, never synced)
+_TV_HEADS = {"resnet": "fc", "s3d": "classifier", "swin": "head", "mvit": "head"}
+#: the Kinetics-400 normalisation torchvision's video weights were trained with
+KINETICS_MEAN = [0.43216, 0.394666, 0.37645]
+KINETICS_STD = [0.22803, 0.22145, 0.216989]
+
+
+@ENCODERS.register("video_backbone")
+class VideoBackboneEncoder(Encoder):
+    """A torchvision video network over the clip + :class:`TemporalStage` over its time steps.
+
+    Reads ``frames [B,T,3,H,W]`` (given to the network as [B,3,T,H,W]). A 3D network cannot
+    skip padding frames as ``video_frames`` does: they enter its convolutions (as the
+    normalised mean colour, zeros), and an output step is masked when every frame under it
+    is padding. Weights come from a local file (``weights``: a torchvision state dict, e.g.
+    ``r3d_18-b3b3357e.pth``); the classifier is dropped.
+    """
+
+    modality = "video"
+    main_key = "frames"
+
+    @dataclass
+    class Config:
+        type: str = "video_backbone"
+        #: a torchvision video model: r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t/s/b,
+        #: mvit_v1_b, mvit_v2_s
+        model_name: str = "r3d_18"
+        #: passed to the torchvision builder
+        model_kwargs: dict[str, Any] = field(default_factory=dict)
+        #: local weights file for the network (never downloaded)
+        weights: str | None = None
+        #: frames are resized to this square (torchvision's weights: 112 for the ResNets,
+        #: 224 for S3D, Swin and MViT; MViT accepts only 16 frames of 224²)
+        image_size: int = 112
+        #: input normalisation; None = Kinetics-400's, as torchvision's weights expect
+        mean: list[float] | None = None
+        std: list[float] | None = None
+        freeze_backbone: bool = False
+        #: time: one token per output time step; clip: one token (MViT: always)
+        tokens: Literal["time", "clip"] = "time"
+        max_frames: int = 64
+        temporal_layers: int = 0
+        temporal_heads: int = 4
+        temporal_pos_scale: float = 16.0
+        dropout: float = 0.0
+
+    def __init__(self, cfg: Config, *, width: int, name: str = "video", **_: object) -> None:
+        super().__init__(width, name)
+        self.cfg = cfg
+        self.family = _TV_FAMILIES.get(cfg.model_name)
+        if self.family is None:
+            raise ValueError(
+                f"video_backbone: unknown model_name {cfg.model_name!r}; torchvision's video "
+                f"models are {sorted(_TV_FAMILIES)}"
+            )
+        if self.family == "mvit" and cfg.tokens != "clip":
+            raise ValueError(f"{cfg.model_name} gives one vector per clip: set tokens: clip")
+        try:
+            net = torchvision.models.get_model(cfg.model_name, weights=None, **cfg.model_kwargs)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"torchvision could not build {cfg.model_name!r}: {e}") from e
+        head = getattr(net, _TV_HEADS[self.family])
+        last = [m for m in head.modules() if isinstance(m, (nn.Linear, nn.Conv3d))][-1]
+        channels = last.in_features if isinstance(last, nn.Linear) else last.in_channels
+        setattr(net, _TV_HEADS[self.family], nn.Identity())
+        if cfg.weights:
+            load_backbone_weights(net, cfg.weights, cfg.model_name)
+        if cfg.freeze_backbone:
+            net.requires_grad_(False)
+        self.backbone = net
+        self.proj = nn.Linear(channels, width)
+        init_weights(self.proj)
+        self.norm = nn.LayerNorm(width)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.temporal = TemporalStage(
+            width, max_frames=cfg.max_frames, layers=cfg.temporal_layers,
+            heads=cfg.temporal_heads, dropout=cfg.dropout, mask_embedding=False,
+            pos_scale=cfg.temporal_pos_scale,
+        )  # fmt: skip
+
+    def data_needs(self) -> dict[str, Need]:
+        facts = {
+            "size": self.cfg.image_size,
+            "mean": [float(v) for v in (self.cfg.mean or KINETICS_MEAN)],
+            "std": [float(v) for v in (self.cfg.std or KINETICS_STD)],
+        }
+        return {self.view: Need(self.modality, facts)}
+
+    def _features(self, x_BCTHW: torch.Tensor) -> torch.Tensor:
+        """The network's output as [B,T',C]: pooled over space (one step for MViT)."""
+        net = self.backbone
+        if self.family == "mvit":
+            return net(x_BCTHW).unsqueeze(1)  # the class token after the final norm
+        if self.family == "resnet":
+            f = net.layer4(net.layer3(net.layer2(net.layer1(net.stem(x_BCTHW)))))
+        elif self.family == "s3d":
+            f = net.features(x_BCTHW)
+        else:  # swin: channels last [B,T',H',W',C]
+            f = net.norm(net.features(net.pos_drop(net.patch_embed(x_BCTHW))))
+            f = f.permute(0, 4, 1, 2, 3)
+        return f.mean(dim=(3, 4)).transpose(1, 2)  # [B,C,T',H',W'] -> [B,T',C]
+
+    def forward(self, batch: dict) -> ModalityTokens:
+        frames_BTCHW = batch[self.input_key]
+        if frames_BTCHW.ndim != 5:
+            raise ValueError(
+                f"{self.input_key} must be [B,T,3,H,W], got {tuple(frames_BTCHW.shape)}"
+            )
+        B, T = frames_BTCHW.shape[:2]
+        real_BT = frame_mask(batch, f"{self.input_key}_mask", (B, T), frames_BTCHW.device)
+        f_BSC = self._features(frames_BTCHW.transpose(1, 2))
+        if self.cfg.tokens == "clip" and f_BSC.shape[1] > 1:
+            f_BSC = f_BSC.mean(dim=1, keepdim=True)
+        S = f_BSC.shape[1]
+        # an output step is real when any frame under it is (time strides split T evenly)
+        real_BS = F.adaptive_max_pool1d(real_BT.float()[:, None], S)[:, 0] > 0
+        x_BSD = self.drop(self.norm(self.proj(f_BSC)))
+        x_BSD = self.temporal(x_BSD[:, :, None], real_BS, None)[:, :, 0]
+        return ModalityTokens(self.add_type(x_BSD), real_BS)

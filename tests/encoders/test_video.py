@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmptm.encoders.features import UnitsEncoder, VideoFeaturesEncoder
-from mmptm.encoders.video import VideoFramesEncoder
+from mmptm.encoders.video import VideoBackboneEncoder, VideoFramesEncoder
 from mmptm.fusion.base import pool
 
 WIDTH = 32
@@ -236,3 +236,96 @@ def test_units_encoder_reads_k_from_the_codebook(tmp_path) -> None:
         UnitsEncoder(UnitsEncoder.Config(num_units=3), width=WIDTH).data_needs()["units"].facts
         == {}
     )
+
+
+# -- video_backbone: torchvision's video networks by name --------------------------------------
+
+#: (model, frame size, frames) small enough for CPU; S3D and MViT need their published
+#: input (their pooling / positions are sized for it) and run in the slow test
+SMALL_TV = [("r3d_18", 32, 8), ("mc3_18", 32, 8), ("r2plus1d_18", 32, 8), ("swin3d_t", 64, 8)]
+
+
+def _tv_pair(name: str, size: int, tmp_path, **cfg):
+    """A random torchvision model, and a video_backbone encoder loading its saved weights."""
+    import torchvision
+
+    torch.manual_seed(0)
+    net = torchvision.models.get_model(name, weights=None).eval()
+    path = tmp_path / f"{name}.pth"
+    torch.save(net.state_dict(), path)
+    enc = VideoBackboneEncoder(
+        VideoBackboneEncoder.Config(model_name=name, image_size=size, weights=str(path), **cfg),
+        width=WIDTH,
+    ).eval()
+    return net, enc
+
+
+def _tv_head(net, name: str):
+    """The classifier of torchvision's model, as a function of the pooled clip vector."""
+    if name == "s3d":  # a 1x1x1 convolution, then the mean over what is left (one position)
+        return lambda v: net.classifier(v[:, :, None, None, None]).flatten(1)
+    return net.head if name.startswith(("mvit", "swin")) else net.fc
+
+
+@pytest.mark.parametrize(("name", "size", "T"), SMALL_TV)
+def test_video_backbone_features_are_torchvisions(name, size, T, tmp_path) -> None:
+    """Oracle: torchvision's own forward. Its classifier applied to the encoder's clip vector
+    (the mean of its time tokens before projection) gives torchvision's logits, so the
+    weights file was loaded and the features are read where the network's pooling reads."""
+    net, enc = _tv_pair(name, size, tmp_path)
+    x_BTCHW = _clips(2, T, size)
+    with torch.no_grad():
+        want = net(x_BTCHW.transpose(1, 2))
+        f_BSC = enc._features(x_BTCHW.transpose(1, 2))
+        got = _tv_head(net, name)(f_BSC.mean(dim=1))
+        out = enc({"frames": x_BTCHW})
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), (got - want).abs().max()
+    S = f_BSC.shape[1]
+    assert out.tokens.shape == (2, S, WIDTH) and bool(out.mask.all())
+    assert not any(isinstance(m, torch.nn.Linear) and m.out_features == 400
+                   for m in enc.backbone.modules())  # the classifier is gone  # fmt: skip
+
+
+def test_video_backbone_time_tokens_masks_and_clip_token(tmp_path) -> None:
+    _, enc = _tv_pair("mc3_18", 32, tmp_path)  # MC3 keeps the time axis: 8 frames, 8 steps
+    mask = torch.tensor([[True] * 8, [True] * 3 + [False] * 5])
+    with torch.no_grad():
+        out = enc({"frames": _clips(2, 8, 32), "frames_mask": mask})
+    assert out.tokens.shape == (2, 8, WIDTH) and torch.equal(out.mask, mask)
+    _, swin = _tv_pair("swin3d_t", 64, tmp_path)  # patches of 2 frames: 4 steps
+    with torch.no_grad():
+        out = swin({"frames": _clips(2, 8, 64), "frames_mask": mask})
+    assert torch.equal(out.mask, torch.tensor([[True] * 4, [True, True, False, False]]))
+    _, clip = _tv_pair("mc3_18", 32, tmp_path, tokens="clip")
+    with torch.no_grad():
+        out = clip({"frames": _clips(2, 8, 32)})
+    assert out.tokens.shape == (2, 1, WIDTH)
+    needs = enc.data_needs()["video"]
+    assert needs.facts["size"] == 32 and needs.facts["mean"] == pytest.approx(
+        [0.43216, 0.394666, 0.37645]
+    )
+
+
+def test_video_backbone_errors_name_the_problem(tmp_path) -> None:
+    cfg = VideoBackboneEncoder.Config
+    with pytest.raises(ValueError, match="unknown model_name 'x3d'.*r2plus1d_18"):
+        VideoBackboneEncoder(cfg(model_name="x3d"), width=WIDTH)
+    with pytest.raises(ValueError, match="mvit_v2_s gives one vector per clip: set tokens: clip"):
+        VideoBackboneEncoder(cfg(model_name="mvit_v2_s"), width=WIDTH)
+    _tv_pair("r3d_18", 32, tmp_path)  # writes r3d_18.pth
+    with pytest.raises(ValueError, match=r"r3d_18\.pth: weights do not fit 'r2plus1d_18'"):
+        VideoBackboneEncoder(cfg(model_name="r2plus1d_18", weights=str(tmp_path / "r3d_18.pth")),
+                             width=WIDTH)  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="nowhere.pth"):
+        VideoBackboneEncoder(cfg(weights=str(tmp_path / "nowhere.pth")), width=WIDTH)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["s3d", "mvit_v2_s"])
+def test_video_backbone_at_published_input(name, tmp_path) -> None:
+    net, enc = _tv_pair(name, 224, tmp_path, tokens="clip")
+    x_BTCHW = _clips(1, 16, 224)
+    with torch.no_grad():
+        want = net(x_BTCHW.transpose(1, 2))
+        got = _tv_head(net, name)(enc._features(x_BTCHW.transpose(1, 2)).mean(dim=1))
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), (got - want).abs().max()

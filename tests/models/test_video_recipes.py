@@ -90,3 +90,22 @@ def test_bag_of_frames_baseline_is_one_override(tiny_world, tmp_path):
             b = model.fuse(batch).pooled["video"][full]
         gaps[name] = (a - b).abs().max().item()
     assert gaps["bag"] < 1e-5 and gaps["temporal"] > 1e-3, gaps
+
+
+def test_a_torchvision_video_network_is_one_override(tiny_world, tmp_path):
+    """video_clip_tiny with R(2+1)D in place of the per-frame CNN: the data side follows the
+    encoder's declared needs (size, Kinetics normalisation), and a step trains every weight."""
+    cfg = _config("video_clip_tiny", tiny_world, tmp_path, [
+        "model.encoders.video={type: video_backbone, model_name: r2plus1d_18, image_size: 32, "
+        "tokens: time, temporal_layers: 1}",
+    ])  # fmt: skip
+    torch.manual_seed(0)
+    model, tok = build_model(cfg)
+    batch = synthetic_batch(model, VocabInfo.from_tokenizer(tok))
+    assert batch["frames"].shape[-2:] == (32, 32)
+    model.train()
+    out = model(batch)
+    assert torch.isfinite(out.loss) and {"contrastive_loss", "contrastive_acc"} <= set(out.terms)
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, f"no gradient reaches {missing}"
