@@ -1,0 +1,74 @@
+"""Knowledge-graph embedding scores and losses, shared by `kg train-embeddings` and objectives.
+
+A score is "higher = more plausible": TransE's is the negative distance −‖h + r − t‖_p
+(Bordes et al. 2013), DistMult's the trilinear product Σ h·r·t (Yang et al. 2015). Every
+function works on the last dimension and broadcasts over the others, so one call scores
+``[B,D]`` positives, ``[B,N,D]`` negatives, or ``[B,1,D]`` queries against ``[1,E,D]`` entities.
+
+Losses take positive scores ``pos_B`` and negative scores ``neg_BN`` (N negatives per positive):
+
+- ``nssa``: the negative-sampling loss with self-adversarial weights of RotatE (Sun et al. 2019),
+  −log σ(γ + s⁺) − Σ_i p_i log σ(−s⁻_i − γ), p = softmax(α·s⁻) held constant (no gradient).
+  With α = 0 the weights are uniform and it is KEPLER's knowledge-embedding loss.
+- ``margin``: TransE's margin ranking loss, mean over pairs of max(0, γ − s⁺ + s⁻).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def transe_score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, p: int = 1) -> torch.Tensor:
+    """−‖h + r − t‖_p over the last dimension (broadcast over the others)."""
+    return -torch.linalg.vector_norm(h + r - t, ord=p, dim=-1)
+
+
+def distmult_score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Σ_d h_d r_d t_d over the last dimension (a symmetric relation model)."""
+    return (h * r * t).sum(-1)
+
+
+def scorer(model: str, p_norm: int = 1) -> Scorer:
+    """The score function of ``model`` (``transe`` with its ``p_norm``, or ``distmult``)."""
+    if model == "transe":
+        return lambda h, r, t: transe_score(h, r, t, p_norm)
+    if model == "distmult":
+        return distmult_score
+    raise ValueError(f"unknown knowledge-graph model {model!r}; choices: {', '.join(MODELS)}")
+
+
+MODELS = ("transe", "distmult")
+
+
+def nssa_loss(
+    pos_B: torch.Tensor, neg_BN: torch.Tensor, margin: float, temperature: float
+) -> torch.Tensor:
+    """Self-adversarial negative-sampling loss (α = ``temperature``; 0: uniform, as KEPLER)."""
+    weights_BN = torch.softmax(temperature * neg_BN.detach(), dim=-1)
+    pos_loss = -F.logsigmoid(margin + pos_B).mean()
+    neg_loss = -(weights_BN * F.logsigmoid(-neg_BN - margin)).sum(-1).mean()
+    return pos_loss + neg_loss
+
+
+def margin_ranking_loss(pos_B: torch.Tensor, neg_BN: torch.Tensor, margin: float) -> torch.Tensor:
+    """Mean over (positive, negative) pairs of max(0, γ − s⁺ + s⁻)."""
+    return F.relu(margin - pos_B.unsqueeze(-1) + neg_BN).mean()
+
+
+LOSSES = ("nssa", "margin")
+
+
+def kge_loss(
+    name: str, pos_B: torch.Tensor, neg_BN: torch.Tensor, margin: float, temperature: float = 1.0
+) -> torch.Tensor:
+    """``nssa`` or ``margin`` (see the module docstring)."""
+    if name == "nssa":
+        return nssa_loss(pos_B, neg_BN, margin, temperature)
+    if name == "margin":
+        return margin_ranking_loss(pos_B, neg_BN, margin)
+    raise ValueError(f"unknown knowledge-graph loss {name!r}; choices: {', '.join(LOSSES)}")
