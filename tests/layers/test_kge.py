@@ -1,0 +1,38 @@
+"""Knowledge-graph scores and losses against hand computations."""
+
+import math
+
+import torch
+
+from mmptm.layers.kge import distmult_score, kge_loss, scorer, transe_score
+
+
+def test_transe_score_by_hand():
+    h = torch.tensor([1.0, 2.0, -1.0])
+    r = torch.tensor([0.5, -1.0, 2.0])
+    t = torch.tensor([1.0, 0.0, 0.0])
+    # h + r − t = (0.5, 1.0, 1.0): L1 = 2.5, L2 = 1.5
+    assert transe_score(h, r, t, p=1).item() == -2.5
+    assert math.isclose(transe_score(h, r, t, p=2).item(), -1.5, rel_tol=1e-6)
+    assert scorer("transe", 2)(h, r, t).item() == transe_score(h, r, t, 2).item()
+    # broadcasting: one query [1,1,D] against 2 candidate tails [1,2,D]
+    tails = torch.stack([t, h + r])[None]
+    torch.testing.assert_close(scorer("transe")(h[None, None], r[None, None], tails),
+                               torch.tensor([[-2.5, 0.0]]))  # fmt: skip
+    assert distmult_score(h, r, t).item() == 0.5  # 1·0.5·1 + 2·(−1)·0 + (−1)·2·0
+
+
+def test_losses_by_hand():
+    pos = torch.tensor([-1.0])
+    neg = torch.tensor([[-3.0, -5.0]])
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    # margin ranking, γ = 2: mean(max(0, 2 + 1 − 3), max(0, 2 + 1 − 5)) = 0
+    assert kge_loss("margin", pos, neg, 2.0).item() == 0.0
+    assert kge_loss("margin", pos, neg, 3.0).item() == 0.5  # (1 + 0) / 2
+    # nssa, γ = 4, α = 1: weights softmax(−3, −5)
+    w = [math.exp(-3) / (math.exp(-3) + math.exp(-5)), math.exp(-5) / (math.exp(-3) + math.exp(-5))]
+    want = -math.log(sig(4 - 1)) - (w[0] * math.log(sig(3 - 4)) + w[1] * math.log(sig(5 - 4)))
+    assert math.isclose(kge_loss("nssa", pos, neg, 4.0, 1.0).item(), want, rel_tol=1e-6)
+    # α = 0: KEPLER's uniform mean over negatives
+    want0 = -math.log(sig(3)) - 0.5 * (math.log(sig(-1)) + math.log(sig(1)))
+    assert math.isclose(kge_loss("nssa", pos, neg, 4.0, 0.0).item(), want0, rel_tol=1e-6)
