@@ -182,13 +182,17 @@ def main() -> None:
             sys.exit(f"pykeen failed ({time.perf_counter() - t0:.0f} s):\n{proc.stderr[-3000:]}")
         results["pykeen"] = json.loads(line[0].split(" ", 1)[1])
         print("pykeen " + json.dumps(results["pykeen"]), flush=True)
-    print("\n| library | train s | triples/s | test MRR (both) | Hits@1 | Hits@10 | tail MRR "
-          "| head MRR |\n|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| library | train s | triples/s | test MRR (both) | Hits@1 | Hits@10 | tail MRR "
+        "| head MRR |\n|---|---|---|---|---|---|---|---|"
+    )
     for name, r in results.items():
         b = r["both"]
-        print(f"| {name} | {r['train_seconds']:.1f} | {r['triples_per_s']:.0f} | {b['mrr']:.4f} "
-              f"| {b['hits@1']:.4f} | {b['hits@10']:.4f} | {r['tail']['mrr']:.4f} "
-              f"| {r['head']['mrr']:.4f} |")
+        print(
+            f"| {name} | {r['train_seconds']:.1f} | {r['triples_per_s']:.0f} | {b['mrr']:.4f} "
+            f"| {b['hits@1']:.4f} | {b['hits@10']:.4f} | {r['tail']['mrr']:.4f} "
+            f"| {r['head']['mrr']:.4f} |"
+        )
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 
 

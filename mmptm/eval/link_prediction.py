@@ -90,8 +90,7 @@ def link_prediction(
         triples = triples[:max_triples]
     n_ent = len(model.entities)
     B = batch_size or max(1, min(1024, (1 << 26) // n_ent))
-    # entities scored per call so that a [B,C,D] broadcast stays near 2^25 floats
-    C = max(1, (1 << 25) // (B * model.dim))
+    C = 1 << 16  # entities matched per call
     n_rel = len(model.relations)
     tails = TrueIndex(known[:, 0], known[:, 1], known[:, 2], n_rel)  # (h, r) → true tails
     heads = TrueIndex(known[:, 2], known[:, 1], known[:, 0], n_rel)  # (t, r) → true heads
@@ -103,20 +102,16 @@ def link_prediction(
         for start in range(0, len(triples), B):
             batch = triples[start : start + B]
             h, r, t = (torch.as_tensor(batch[:, i]) for i in range(3))
-            r_B1D = rel[r.to(model.device)][:, None, :]
-            scores = []
+            r_BD = rel[r.to(model.device)]
             if side == "tail":
-                h_B1D = model.gather(h)[:, None, :]
-                for _, e_CD in model.entity_chunks(C):
-                    scores.append(model.score(h_B1D, r_B1D, e_CD[None]))
+                q_BD = model.score.tail_query(model.gather(h), r_BD)
                 rows, cols = tails.pairs(batch[:, 0], batch[:, 1])
                 true = t
             else:
-                t_B1D = model.gather(t)[:, None, :]
-                for _, e_CD in model.entity_chunks(C):
-                    scores.append(model.score(e_CD[None], r_B1D, t_B1D))
+                q_BD = model.score.head_query(r_BD, model.gather(t))
                 rows, cols = heads.pairs(batch[:, 2], batch[:, 1])
                 true = h
+            scores = [model.score.match_all(q_BD, e_CD) for _, e_CD in model.entity_chunks(C)]
             scores_BE = torch.cat(scores, dim=1)
             ranks[side].append(filtered_ranks(scores_BE, true.to(model.device), rows, cols)
                                .cpu().numpy())  # fmt: skip

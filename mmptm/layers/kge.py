@@ -15,12 +15,10 @@ Losses take positive scores ``pos_B`` and negative scores ``neg_BN`` (N negative
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-
-Scorer = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def transe_score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor, p: int = 1) -> torch.Tensor:
@@ -33,16 +31,50 @@ def distmult_score(h: torch.Tensor, r: torch.Tensor, t: torch.Tensor) -> torch.T
     return (h * r * t).sum(-1)
 
 
-def scorer(model: str, p_norm: int = 1) -> Scorer:
-    """The score function of ``model`` (``transe`` with its ``p_norm``, or ``distmult``)."""
-    if model == "transe":
-        return lambda h, r, t: transe_score(h, r, t, p_norm)
-    if model == "distmult":
-        return distmult_score
-    raise ValueError(f"unknown knowledge-graph model {model!r}; choices: {', '.join(MODELS)}")
-
-
 MODELS = ("transe", "distmult")
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A model's score in query form: s(h, r, t) = match(tail_query(h, r), t)
+    = match(head_query(r, t), h).
+
+    TransE: queries h + r and t − r, match −‖q − e‖_p; DistMult: queries h∘r and r∘t, match
+    ⟨q, e⟩. A negative that replaces one side then costs one match against the other side's
+    query, and ranking all entities is one ``match_all`` (``cdist`` or a matrix product).
+    """
+
+    model: str = "transe"
+    p: int = 1
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(
+                f"unknown knowledge-graph model {self.model!r}; choices: {', '.join(MODELS)}"
+            )
+
+    def __call__(self, h: torch.Tensor, r: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return transe_score(h, r, t, self.p) if self.model == "transe" else distmult_score(h, r, t)
+
+    def tail_query(self, h: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return h + r if self.model == "transe" else h * r
+
+    def head_query(self, r: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return t - r if self.model == "transe" else r * t
+
+    def match(self, q: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        """Scores of queries against entities, elementwise over broadcast leading dims."""
+        if self.model == "transe":
+            return -torch.linalg.vector_norm(q - e, ord=self.p, dim=-1)
+        return (q * e).sum(-1)
+
+    def match_all(self, q_BD: torch.Tensor, e_CD: torch.Tensor) -> torch.Tensor:
+        """Scores [B,C] of every query against every entity."""
+        if self.model == "transe":
+            # not the ‖q‖² + ‖e‖² − 2q·e shortcut: its rounding would break exact ties
+            mode = "donot_use_mm_for_euclid_dist"
+            return -torch.cdist(q_BD, e_CD, p=self.p, compute_mode=mode)
+        return q_BD @ e_CD.T
 
 
 def nssa_loss(

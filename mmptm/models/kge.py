@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from mmptm.data.graph import Embeddings, Vocabulary, save_embeddings
-from mmptm.layers.kge import scorer
+from mmptm.layers.kge import Scorer
 
 INIT_CHUNK = 1 << 16  # rows drawn per call of the generator (fixed: same numbers either way)
 
@@ -51,7 +51,7 @@ class KGEModel:
         seed: int = 0,
     ) -> None:
         self.model, self.p_norm, self.dim = model, p_norm, dim
-        self.score = scorer(model, p_norm)
+        self.score = Scorer(model, p_norm)
         self.normalize_entities = normalize_entities
         self.device = torch.device(device)
         gen = torch.Generator().manual_seed(seed)
@@ -84,11 +84,9 @@ class KGEModel:
         for start in range(0, len(self.entities), rows):
             yield start, self.entities[start : start + rows].to(self.device)
 
-    def constrain(self, ids: torch.Tensor) -> None:
-        """TransE's unit-norm entities, re-imposed on the rows a step changed."""
-        if self.normalize_entities:
-            ids = ids.to(self.storage)
-            self.entities[ids] = F.normalize(self.entities[ids], dim=-1)
+    def project(self, rows_UD: torch.Tensor) -> torch.Tensor:
+        """TransE's unit-norm entities, imposed on the rows a step changed (or left as they are)."""
+        return F.normalize(rows_UD, dim=-1) if self.normalize_entities else rows_UD
 
     def save(self, folder: str | Path, entities: Vocabulary, relations: Vocabulary) -> None:
         """``entities.npy``/``.txt`` and ``relations.npy``/``.txt`` (``load_embeddings``)."""

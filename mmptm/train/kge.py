@@ -16,6 +16,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,10 @@ class RowOptimizer:
             self.exp_avg_sq = _state_table(tuple(table.shape), table.device, where("adam_v"))
 
     @torch.no_grad()
-    def step(self, ids_U: torch.Tensor, grad_UD: torch.Tensor) -> None:
-        """Apply the gradient ``grad_UD`` of the distinct rows ``ids_U``."""
+    def step(self, ids_U: torch.Tensor, grad_UD: torch.Tensor,
+             project: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:  # fmt: skip
+        """Apply the gradient ``grad_UD`` of the distinct rows ``ids_U``; ``project``: a
+        constraint applied to the updated rows before they are written back."""
         ids_U, g = ids_U.to(self.table.device), grad_UD.to(self.table.device)
         self.step_count += 1
         if self.kind == "sgd":
@@ -119,7 +122,8 @@ class RowOptimizer:
             self.exp_avg[ids_U], self.exp_avg_sq[ids_U] = m, v
             bc1, bc2 = 1 - b1**self.step_count, 1 - b2**self.step_count
             update = (self.lr * math.sqrt(bc2) / bc1) * m / (v.sqrt() + self.eps)
-        self.table[ids_U] = self.table[ids_U] - update
+        rows_UD = self.table[ids_U] - update
+        self.table[ids_U] = project(rows_UD) if project is not None else rows_UD
 
 
 def _dense_optimizer(kind: str, params: list[torch.nn.Parameter], lr: float):
@@ -152,17 +156,18 @@ def train_step(model: KGEModel, ent_opt: RowOptimizer, rel_opt: torch.optim.Opti
     h_BD, t_BD = rows_UD[inverse[:B]], rows_UD[inverse[B : 2 * B]]
     e_BND = rows_UD[inverse[2 * B :]].view(B, N, -1)
     r_BD = model.relations[pos_B3[:, 1].to(model.device)]
-    head_BN1 = head_BN.to(model.device)[..., None]
-    h_neg_BND = torch.where(head_BN1, e_BND, h_BD[:, None])
-    t_neg_BND = torch.where(head_BN1, t_BD[:, None], e_BND)
-    pos_B = model.score(h_BD, r_BD, t_BD)
-    neg_BN = model.score(h_neg_BND, r_BD[:, None], t_neg_BND)
+    # a negative keeps one side of its positive: it is that side's query matched against e
+    tail_q_BD = model.score.tail_query(h_BD, r_BD)
+    head_q_BD = model.score.head_query(r_BD, t_BD)
+    pos_B = model.score.match(tail_q_BD, t_BD)
+    which_BN = torch.arange(B)[:, None] + B * head_BN.long()  # row of [tail queries; head ones]
+    q_BND = torch.cat([tail_q_BD, head_q_BD])[which_BN.to(model.device)]
+    neg_BN = model.score.match(q_BND, e_BND)
     loss = kge_loss(cfg.loss, pos_B, neg_BN, cfg.margin, cfg.adversarial_temperature)
     rel_opt.zero_grad(set_to_none=True)
     loss.backward()
-    ent_opt.step(ids_U, rows_UD.grad)
+    ent_opt.step(ids_U, rows_UD.grad, model.project)
     rel_opt.step()
-    model.constrain(ids_U)
     return loss.item()
 
 

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from mmptm.layers.kge import distmult_score, kge_loss, scorer, transe_score
+from mmptm.layers.kge import Scorer, distmult_score, kge_loss, transe_score
 
 
 def test_transe_score_by_hand():
@@ -14,10 +14,10 @@ def test_transe_score_by_hand():
     # h + r − t = (0.5, 1.0, 1.0): L1 = 2.5, L2 = 1.5
     assert transe_score(h, r, t, p=1).item() == -2.5
     assert math.isclose(transe_score(h, r, t, p=2).item(), -1.5, rel_tol=1e-6)
-    assert scorer("transe", 2)(h, r, t).item() == transe_score(h, r, t, 2).item()
+    assert Scorer("transe", 2)(h, r, t).item() == transe_score(h, r, t, 2).item()
     # broadcasting: one query [1,1,D] against 2 candidate tails [1,2,D]
     tails = torch.stack([t, h + r])[None]
-    torch.testing.assert_close(scorer("transe")(h[None, None], r[None, None], tails),
+    torch.testing.assert_close(Scorer("transe")(h[None, None], r[None, None], tails),
                                torch.tensor([[-2.5, 0.0]]))  # fmt: skip
     assert distmult_score(h, r, t).item() == 0.5  # 1·0.5·1 + 2·(−1)·0 + (−1)·2·0
 
