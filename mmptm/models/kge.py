@@ -77,7 +77,7 @@ class KGEModel:
 
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the entity table, on the compute device (a copy)."""
-        return self.entities[ids.to(self.storage)].to(self.device)
+        return self.entities.index_select(0, ids.to(self.storage)).to(self.device)
 
     def entity_chunks(self, rows: int) -> Iterator[tuple[int, torch.Tensor]]:
         """(first row, ``[C,D]`` rows on the compute device) over the whole table."""

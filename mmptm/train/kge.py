@@ -112,18 +112,19 @@ class RowOptimizer:
         if self.kind == "sgd":
             update = self.lr * g
         elif self.kind == "adagrad":
-            s_U = self.sum_sq[ids_U] + g.pow(2).mean(1)
-            self.sum_sq[ids_U] = s_U
+            s_U = self.sum_sq.index_select(0, ids_U) + g.pow(2).mean(1)
+            self.sum_sq.index_copy_(0, ids_U, s_U)
             update = self.lr * g / (s_U.sqrt() + self.eps)[:, None]
         else:
             b1, b2 = self.betas
-            m = self.exp_avg[ids_U].lerp_(g, 1 - b1)
-            v = self.exp_avg_sq[ids_U].lerp_(g * g, 1 - b2)
-            self.exp_avg[ids_U], self.exp_avg_sq[ids_U] = m, v
+            m = self.exp_avg.index_select(0, ids_U).lerp_(g, 1 - b1)
+            v = self.exp_avg_sq.index_select(0, ids_U).lerp_(g * g, 1 - b2)
+            self.exp_avg.index_copy_(0, ids_U, m)
+            self.exp_avg_sq.index_copy_(0, ids_U, v)
             bc1, bc2 = 1 - b1**self.step_count, 1 - b2**self.step_count
             update = (self.lr * math.sqrt(bc2) / bc1) * m / (v.sqrt() + self.eps)
-        rows_UD = self.table[ids_U] - update
-        self.table[ids_U] = project(rows_UD) if project is not None else rows_UD
+        rows_UD = self.table.index_select(0, ids_U) - update
+        self.table.index_copy_(0, ids_U, project(rows_UD) if project is not None else rows_UD)
 
 
 def _dense_optimizer(kind: str, params: list[torch.nn.Parameter], lr: float):
@@ -153,15 +154,18 @@ def train_step(model: KGEModel, ent_opt: RowOptimizer, rel_opt: torch.optim.Opti
     ids_U, inverse = torch.unique(ids, return_inverse=True)
     rows_UD = model.gather(ids_U).requires_grad_(True)
     inverse = inverse.to(model.device)
-    h_BD, t_BD = rows_UD[inverse[:B]], rows_UD[inverse[B : 2 * B]]
-    e_BND = rows_UD[inverse[2 * B :]].view(B, N, -1)
-    r_BD = model.relations[pos_B3[:, 1].to(model.device)]
+    # index_select, not rows[idx]: on CPU its backward (index_add) is ~2× faster
+    # and split, not slices: a slice's backward fills a zero tensor of the whole
+    h_BD, t_BD, e_XD = rows_UD.index_select(0, inverse).split([B, B, B * N])
+    e_BND = e_XD.view(B, N, -1)
+    r_BD = model.relations.index_select(0, pos_B3[:, 1].to(model.device))
     # a negative keeps one side of its positive: it is that side's query matched against e
     tail_q_BD = model.score.tail_query(h_BD, r_BD)
     head_q_BD = model.score.head_query(r_BD, t_BD)
     pos_B = model.score.match(tail_q_BD, t_BD)
     which_BN = torch.arange(B)[:, None] + B * head_BN.long()  # row of [tail queries; head ones]
-    q_BND = torch.cat([tail_q_BD, head_q_BD])[which_BN.to(model.device)]
+    q_BND = torch.cat([tail_q_BD, head_q_BD]).index_select(0, which_BN.view(-1).to(model.device))
+    q_BND = q_BND.view(B, N, -1)
     neg_BN = model.score.match(q_BND, e_BND)
     loss = kge_loss(cfg.loss, pos_B, neg_BN, cfg.margin, cfg.adversarial_temperature)
     rel_opt.zero_grad(set_to_none=True)

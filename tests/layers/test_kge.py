@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from mmptm.layers.kge import Scorer, distmult_score, kge_loss, transe_score
+from mmptm.layers.kge import Scorer, distance, distmult_score, kge_loss, transe_score
 
 
 def test_transe_score_by_hand():
@@ -36,3 +36,17 @@ def test_losses_by_hand():
     # α = 0: KEPLER's uniform mean over negatives
     want0 = -math.log(sig(3)) - 0.5 * (math.log(sig(-1)) + math.log(sig(1)))
     assert math.isclose(kge_loss("nssa", pos, neg, 4.0, 0.0).item(), want0, rel_tol=1e-6)
+
+
+def test_l1_distance_gradients_match_vector_norm():
+    torch.manual_seed(0)
+    a = torch.randn(4, 3, 6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(1, 3, 6, dtype=torch.float64, requires_grad=True)  # broadcast
+    w = torch.randn(4, 3, dtype=torch.float64)
+    (distance(a, b, 1) * w).sum().backward()
+    ga, gb = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    (torch.linalg.vector_norm(a - b, ord=1, dim=-1) * w).sum().backward()
+    torch.testing.assert_close(ga, a.grad)
+    torch.testing.assert_close(gb, b.grad)
+    assert torch.autograd.gradcheck(lambda x, y: distance(x, y, 1), (a, b))
