@@ -110,7 +110,7 @@ res = pipeline(
     model_kwargs=dict(embedding_dim=a["dim"], scoring_fct_norm=1),
     loss="nssa", loss_kwargs=dict(margin=a["margin"], adversarial_temperature=a["temperature"]),
     negative_sampler="basic", negative_sampler_kwargs=dict(num_negs_per_pos=a["negatives"]),
-    optimizer="adam", optimizer_kwargs=dict(lr=a["lr"]),
+    optimizer=a["optimizer"], optimizer_kwargs=dict(lr=a["lr"]),
     training_kwargs=dict(num_epochs=a["epochs"], batch_size=a["batch_size"], use_tqdm=False),
     evaluator_kwargs=dict(filtered=True), evaluation_kwargs=dict(use_tqdm=False),
     random_seed=a["seed"], device="cpu",
@@ -135,9 +135,9 @@ def run_mmptm(data: Path, out: Path, args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     cfg = KGETrainConfig(
         model="transe", dim=args.dim, p_norm=1, loss="nssa", margin=args.margin,
-        adversarial_temperature=args.temperature, negatives=args.negatives, optimizer="adam",
-        lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
-        mmap=args.mmap,
+        adversarial_temperature=args.temperature, negatives=args.negatives,
+        optimizer=args.optimizer, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+        seed=args.seed, mmap=args.mmap,
     )  # fmt: skip
     r = train_embeddings(data, out, cfg, progress=False)
     test = r["test"]
@@ -156,6 +156,7 @@ def main() -> None:
     p.add_argument("--margin", type=float, default=6.0)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--negatives", type=int, default=32)
+    p.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"], default="adam")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--epochs", type=int, default=20)
@@ -171,8 +172,9 @@ def main() -> None:
     print("mmptm " + json.dumps(results["mmptm"]), flush=True)
     if args.pykeen_python:
         hp = dict(data=str(data), dim=args.dim, margin=args.margin, temperature=args.temperature,
-                  negatives=args.negatives, lr=args.lr, batch_size=args.batch_size,
-                  epochs=args.epochs, seed=args.seed, threads=args.threads)  # fmt: skip
+                  negatives=args.negatives, optimizer=args.optimizer, lr=args.lr,
+                  batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
+                  threads=args.threads)  # fmt: skip
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
         t0 = time.perf_counter()
         proc = subprocess.run([args.pykeen_python, "-c", PYKEEN_SCRIPT, json.dumps(hp)],

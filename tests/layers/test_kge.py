@@ -50,3 +50,16 @@ def test_l1_distance_gradients_match_vector_norm():
     torch.testing.assert_close(ga, a.grad)
     torch.testing.assert_close(gb, b.grad)
     assert torch.autograd.gradcheck(lambda x, y: distance(x, y, 1), (a, b))
+
+
+def test_query_form_equals_the_score():
+    torch.manual_seed(0)
+    h, r, t = torch.randn(3, 5, 8).unbind(0)
+    for s in (Scorer("transe", 1), Scorer("transe", 2), Scorer("distmult")):
+        want = s(h, r, t)
+        torch.testing.assert_close(s.match(s.tail_query(h, r), t), want)
+        torch.testing.assert_close(s.match(s.head_query(r, t), h), want)
+        # all-entity matching: row i, column j = score of (h_i, r_i, t_j)
+        full = s.match_all(s.tail_query(h, r), t)
+        torch.testing.assert_close(full.diagonal(), want)
+        torch.testing.assert_close(full[1, 3], s(h[1], r[1], t[3]))
