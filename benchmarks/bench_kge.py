@@ -15,7 +15,7 @@ own virtual environment (``--pykeen-python``), a subprocess, so it never enters 
 Prints one JSON line per library and a Markdown table.
 
     python benchmarks/bench_kge.py --out /tmp/kge-bench [--packages 6000] [--epochs 20]
-        [--pykeen-python /work/venv-pykeen/bin/python]
+        [--pykeen-python /work/venv-pykeen/bin/python] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -147,6 +148,21 @@ def run_mmptm(data: Path, out: Path, args: argparse.Namespace) -> dict:
                for side in ("tail", "head", "both")}}  # fmt: skip
 
 
+def run_pykeen(data: Path, args: argparse.Namespace) -> dict:
+    hp = dict(data=str(data), dim=args.dim, margin=args.margin, temperature=args.temperature,
+              negatives=args.negatives, optimizer=args.optimizer, lr=args.lr,
+              batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
+              threads=args.threads)  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    t0 = time.perf_counter()
+    proc = subprocess.run([args.pykeen_python, "-c", PYKEEN_SCRIPT, json.dumps(hp)],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    line = [x for x in proc.stdout.splitlines() if x.startswith("PYKEEN_RESULT ")]
+    if proc.returncode or not line:
+        sys.exit(f"pykeen failed ({time.perf_counter() - t0:.0f} s):\n{proc.stderr[-3000:]}")
+    return json.loads(line[0].split(" ", 1)[1])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -164,37 +180,36 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--mmap", action="store_true", help="mmptm's entity table memory-mapped")
     p.add_argument("--pykeen-python", default="", help="a python with pykeen installed")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each library, alternating")
     args = p.parse_args()
     data = args.out / "graph"
     sizes = write_graph(data, package_triples(args.source, args.packages, args.seed), args.seed)
     print(f"graph ({args.source}, {args.packages} packages sampled): {json.dumps(sizes)}")
-    results = {"mmptm": run_mmptm(data, args.out / "mmptm", args)}
-    print("mmptm " + json.dumps(results["mmptm"]), flush=True)
-    if args.pykeen_python:
-        hp = dict(data=str(data), dim=args.dim, margin=args.margin, temperature=args.temperature,
-                  negatives=args.negatives, optimizer=args.optimizer, lr=args.lr,
-                  batch_size=args.batch_size, epochs=args.epochs, seed=args.seed,
-                  threads=args.threads)  # fmt: skip
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        t0 = time.perf_counter()
-        proc = subprocess.run([args.pykeen_python, "-c", PYKEEN_SCRIPT, json.dumps(hp)],
-                              capture_output=True, text=True, env=env)  # fmt: skip
-        line = [x for x in proc.stdout.splitlines() if x.startswith("PYKEEN_RESULT ")]
-        if proc.returncode or not line:
-            sys.exit(f"pykeen failed ({time.perf_counter() - t0:.0f} s):\n{proc.stderr[-3000:]}")
-        results["pykeen"] = json.loads(line[0].split(" ", 1)[1])
-        print("pykeen " + json.dumps(results["pykeen"]), flush=True)
+    runs: dict[str, list[dict]] = {"mmptm": []}
+    # the libraries alternate, run after run, so that background load falls on both alike
+    for i in range(args.repeats):
+        runs["mmptm"].append(run_mmptm(data, args.out / "mmptm", args))
+        print(f"run {i + 1} mmptm " + json.dumps(runs["mmptm"][-1]), flush=True)
+        if args.pykeen_python:
+            runs.setdefault("pykeen", []).append(run_pykeen(data, args))
+            print(f"run {i + 1} pykeen " + json.dumps(runs["pykeen"][-1]), flush=True)
     print(
-        "\n| library | train s | triples/s | test MRR (both) | Hits@1 | Hits@10 | tail MRR "
-        "| head MRR |\n|---|---|---|---|---|---|---|---|"
+        "\n| library | triples/s (median) | min | max | test MRR (both) | Hits@1 | Hits@10 "
+        "| tail MRR | head MRR |\n|---|---|---|---|---|---|---|---|---|"
     )
-    for name, r in results.items():
+    for name, rs in runs.items():
+        rates = [r["triples_per_s"] for r in rs]
+        r = rs[0]
         b = r["both"]
         print(
-            f"| {name} | {r['train_seconds']:.1f} | {r['triples_per_s']:.0f} | {b['mrr']:.4f} "
-            f"| {b['hits@1']:.4f} | {b['hits@10']:.4f} | {r['tail']['mrr']:.4f} "
-            f"| {r['head']['mrr']:.4f} |"
+            f"| {name} | {statistics.median(rates):.0f} | {min(rates):.0f} | {max(rates):.0f} "
+            f"| {b['mrr']:.4f} | {b['hits@1']:.4f} | {b['hits@10']:.4f} "
+            f"| {r['tail']['mrr']:.4f} | {r['head']['mrr']:.4f} |"
         )
+    if "pykeen" in runs:
+        paired = [a["triples_per_s"] / b["triples_per_s"] for a, b in zip(*runs.values())]
+        print(f"per-run speed ratios mmptm/pykeen: {' '.join(f'{x:.2f}' for x in paired)}")
+    results = runs
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
 
 
