@@ -148,6 +148,9 @@ def _kg_train_embeddings(args: argparse.Namespace) -> int:
         f"{graph['entities']} entities, {graph['relations']} relations, "
         f"{graph['train_triples']} training triples; {train['triples_per_s']:.0f} triples/s"
     )
+    unknown = {k: v for k, v in graph.items() if k.endswith("_unknown")}
+    if unknown:
+        print(f"dropped (an entity or relation unknown to training): {unknown}")
     if "test" in result:
         for side in ("tail", "head", "both"):
             m = result["test"][side]
