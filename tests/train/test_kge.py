@@ -130,3 +130,19 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     out = ["--out", str(tmp_path / "o")]
     assert main(["kg", "train-embeddings", str(bad), *out, "--negatives", "0"]) == 2
     assert "mmptm kg: error: negatives must be ≥ 1, got 0" in capsys.readouterr().err
+
+
+def test_cli_reports_unknown_ids_and_writes_the_vocabulary(tmp_path, capsys):
+    data = tmp_path / "kg"
+    data.mkdir()
+    (data / "train.txt").write_text("a\tr\tb\nb\tr\tc\nc\ts\ta\n")
+    (data / "test.txt").write_text("a\tr\tc\nz\tr\ta\na\tq\tb\n")  # z, q: not in training
+    out = tmp_path / "out"
+    assert main(["kg", "train-embeddings", str(data), "--out", str(out), "--epochs", "1",
+                 "--dim", "4", "--model", "distmult", "--no-progress"]) == 0  # fmt: skip
+    assert "{'test_unknown': 2}" in capsys.readouterr().out
+    result = json.loads((out / "kge.json").read_text())
+    assert result["graph"]["test_unknown"] == 2 and result["test"]["both"]["count"] == 2
+    assert (out / "entities.txt").read_text() == "a\nb\nc\n"
+    assert (out / "relations.txt").read_text() == "r\ns\n"
+    assert load_embeddings(out).vectors.shape == (3, 4)
