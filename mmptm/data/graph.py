@@ -14,7 +14,8 @@ Formats read (the ones people have):
 - entity embeddings: a ``.npy`` [N,D] with an id list (one id per line, row i = line i; the
   files ``mmptm kg train-embeddings`` writes), OpenKE-TF / Fast-TransX ``entity2vec.vec``
   (row i = entity id i, tab-separated floats) and OpenKE-PyTorch ``save_parameters`` JSON
-  (``{"ent_embeddings.weight": [[...]], "rel_embeddings.weight": ...}``), each with the
+  (``{"ent_embeddings.weight": [[...]], "rel_embeddings.weight": ...}``) or its
+  ``save_checkpoint`` state dict (``.ckpt``), each with the
   folder's ``entity2id.txt`` naming the rows.
 
 A malformed line is a ValueError naming ``file:line``. A valid/test triple whose entity or
@@ -320,7 +321,8 @@ def load_embeddings(
 
     ``path``: a folder ``mmptm kg train-embeddings`` wrote (``<kind>.npy`` + ``<kind>.txt``),
     a ``.npy`` (``ids``: its id list, one per line), OpenKE's ``entity2vec.vec`` /
-    ``relation2vec.vec`` or ``save_parameters`` JSON (``ids``: the ``entity2id.txt`` /
+    ``relation2vec.vec``, ``save_parameters`` JSON or ``save_checkpoint`` state dict
+    (``.ckpt``, ``.pt``, ``.pth``) (``ids``: the ``entity2id.txt`` /
     ``relation2id.txt``; default: the one beside ``path``). ``mmap``: a ``.npy`` is
     memory-mapped (read-only), so a 4.6 M × 100 table is not read into memory.
     """
@@ -336,8 +338,8 @@ def load_embeddings(
             raise ValueError(f"{path}: a .npy table needs its id list (one id per line)")
         vectors = np.load(path, mmap_mode="r" if mmap else None)
         vocab = Vocabulary.load(ids)
-    elif path.suffix == ".json":
-        vectors = _openke_json(path, kind)
+    elif path.suffix in (".json", ".ckpt", ".pt", ".pth"):
+        vectors = _openke_params(path, kind)
         vocab = read_openke_ids(ids or path.parent / openke_ids)
     else:  # OpenKE-TF / Fast-TransX text: one row of floats per id
         vectors = _vec_text(path)
@@ -348,16 +350,27 @@ def load_embeddings(
         raise ValueError(f"{path}: {e}") from None
 
 
-def _openke_json(path: Path, kind: str) -> np.ndarray:
+def _openke_params(path: Path, kind: str) -> np.ndarray:
+    """The table of OpenKE-PyTorch's ``save_parameters`` JSON or ``save_checkpoint`` file."""
     key = "ent_embeddings" if kind == "entities" else "rel_embeddings"
-    try:
-        params = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
+    if path.suffix == ".json":
+        try:
+            params = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    else:
+        import torch  # only for checkpoints: the readers above need no torch
+
+        try:
+            params = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a pickle error or a zip error, depending on the damage
+            raise ValueError(f"{path}: not a PyTorch state dict ({type(e).__name__})") from None
     for name in (f"{key}.weight", key):  # OpenKE-PyTorch, OpenKE-TF's *.vec.json
         if isinstance(params, dict) and name in params:
-            return np.asarray(params[name], dtype=np.float32)
-    raise ValueError(f"{path}: no '{key}.weight' (OpenKE save_parameters) in this JSON")
+            value = params[name]
+            value = value.numpy() if hasattr(value, "numpy") else value
+            return np.asarray(value, dtype=np.float32)
+    raise ValueError(f"{path}: no '{key}.weight' (OpenKE's parameter names) in this file")
 
 
 def _vec_text(path: Path) -> np.ndarray:

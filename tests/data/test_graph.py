@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from mmptm.data.graph import (
     Embeddings,
@@ -154,6 +155,14 @@ def test_openke_embedding_files(tmp_path):
     np.testing.assert_array_equal(load_embeddings(d / "transe.json").vectors, vec)
     r = load_embeddings(d / "transe.json", kind="relations")
     assert r.vocab.names == ["likes", "hates"] and r.vectors.shape == (2, 2)
+    # OpenKE-PyTorch save_checkpoint: a torch state dict
+    torch.save({"ent_embeddings.weight": torch.tensor(vec)}, d / "transe.ckpt")
+    np.testing.assert_array_equal(load_embeddings(d / "transe.ckpt").vectors, vec)
+    with pytest.raises(ValueError, match=r"transe.ckpt: no 'rel_embeddings.weight'"):
+        load_embeddings(d / "transe.ckpt", kind="relations")
+    write(d / "broken.ckpt", "not a checkpoint")
+    with pytest.raises(ValueError, match="broken.ckpt: not a PyTorch state dict"):
+        load_embeddings(d / "broken.ckpt")
     write(d / "entity2vec.vec", "0.5\t1.0\n0.5\tx\n")
     with pytest.raises(ValueError, match="entity2vec.vec:2: expected numbers"):
         load_embeddings(d / "entity2vec.vec")
