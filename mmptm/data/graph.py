@@ -19,7 +19,7 @@ Formats read (the ones people have):
   folder's ``entity2id.txt`` naming the rows.
 
 A malformed line is a ValueError naming ``file:line``. A valid/test triple whose entity or
-relation the vocabulary lacks (for tab-separated files: absent from training) is dropped and
+relation training never saw (or, in OpenKE files, beyond ``entity2id.txt``) is dropped and
 counted (``KnowledgeGraph.unknown``), as PyKEEN and LibKGE do, never a crash.
 """
 
@@ -200,15 +200,25 @@ def _openke_graph(folder: Path) -> KnowledgeGraph:
     ents = read_openke_ids(folder / "entity2id.txt")
     rels = read_openke_ids(folder / "relation2id.txt")
     splits, unknown = {}, {}
-    for split in SPLITS:
+    train = read_openke_triples(folder / "train2id.txt")
+    bad = (train[:, [0, 2]] >= len(ents)).any(1) | (train[:, 1] >= len(rels))
+    if bad.any():
+        raise ValueError(f"{folder / 'train2id.txt'}: triple {int(np.flatnonzero(bad)[0]) + 1} "
+                         "has an id beyond entity2id/relation2id")  # fmt: skip
+    splits["train"], unknown["train"] = train, 0
+    # as for tab-separated files: a valid/test triple is scored only if training saw its
+    # entities and relation (an entity2id row never trained is still a random vector)
+    seen_e = np.zeros(len(ents), bool)
+    seen_e[train[:, [0, 2]].ravel()] = True
+    seen_r = np.zeros(len(rels), bool)
+    seen_r[train[:, 1]] = True
+    for split in SPLITS[1:]:
         path = folder / f"{split}2id.txt"
-        if split != "train" and not path.exists():
+        if not path.exists():
             continue
         arr = read_openke_triples(path)
         ok = (arr[:, [0, 2]] < len(ents)).all(1) & (arr[:, 1] < len(rels))
-        if split == "train" and not ok.all():
-            bad = int(np.flatnonzero(~ok)[0])
-            raise ValueError(f"{path}: triple {bad + 1} has an id beyond entity2id/relation2id")
+        ok[ok] = seen_e[arr[ok][:, [0, 2]]].all(1) & seen_r[arr[ok][:, 1]]
         splits[split], unknown[split] = arr[ok], int((~ok).sum())
     return KnowledgeGraph(ents, rels, splits, unknown, str(folder))
 

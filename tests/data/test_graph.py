@@ -70,21 +70,22 @@ def test_missing_inputs(tmp_path):
 def openke_folder(tmp_path):
     d = tmp_path / "openke"
     d.mkdir()
-    write(d / "entity2id.txt", "3\nalpha\t0\nbeta\t1\ngamma\t2\n")
+    # delta: in entity2id but in no training triple
+    write(d / "entity2id.txt", "4\nalpha\t0\nbeta\t1\ngamma\t2\ndelta\t3\n")
     write(d / "relation2id.txt", "2\nlikes\t0\nhates\t1\n")
     # OpenKE's order: head tail relation
     write(d / "train2id.txt", "2\n0 1 0\n1 2 1\n")
-    write(d / "test2id.txt", "2\n2 0 1\n2 7 0\n")  # entity 7 is not in entity2id
+    write(d / "test2id.txt", "3\n2 0 1\n2 7 0\n3 0 0\n")  # 7: not in entity2id; 3: untrained
     return d
 
 
 def test_openke_folder_tail_before_relation(tmp_path):
     g = load_graph(openke_folder(tmp_path))
-    assert g.entities.names == ["alpha", "beta", "gamma"]
+    assert g.entities.names == ["alpha", "beta", "gamma", "delta"]
     assert g.relations.names == ["likes", "hates"]
     np.testing.assert_array_equal(g.splits["train"], [[0, 0, 1], [1, 1, 2]])  # (h, r, t)
     np.testing.assert_array_equal(g.splits["test"], [[2, 1, 0]])
-    assert g.unknown["test"] == 1 and "valid" not in g.splits
+    assert g.unknown["test"] == 2 and "valid" not in g.splits
 
 
 def test_openke_errors(tmp_path):
@@ -142,11 +143,11 @@ def test_embeddings_npy_roundtrip_and_mmap(tmp_path):
 
 def test_openke_embedding_files(tmp_path):
     d = openke_folder(tmp_path)
-    vec = np.array([[0.5, -1.0], [2.0, 0.25], [1.5, 3.0]], dtype=np.float32)
+    vec = np.array([[0.5, -1.0], [2.0, 0.25], [1.5, 3.0], [0.0, 4.0]], dtype=np.float32)
     # OpenKE-TF / Fast-TransX: tab-separated floats, trailing tab, row = id
     write(d / "entity2vec.vec", "".join("\t".join(map(str, r)) + "\t\n" for r in vec))
     e = load_embeddings(d / "entity2vec.vec")
-    assert e.vocab.names == ["alpha", "beta", "gamma"]
+    assert e.vocab.names == ["alpha", "beta", "gamma", "delta"]
     np.testing.assert_array_equal(e.vectors, vec)
     # OpenKE-PyTorch save_parameters: a JSON of the state dict as lists
     params = {"zero_const": [0.0], "ent_embeddings.weight": vec.tolist(),
