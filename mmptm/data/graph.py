@@ -82,7 +82,7 @@ class KnowledgeGraph:
     entities: Vocabulary
     relations: Vocabulary
     splits: dict[str, np.ndarray]
-    #: per split: triples dropped because the vocabulary lacks their head, relation or tail
+    #: per split: valid/test triples dropped, their head, relation or tail unseen in training
     unknown: dict[str, int] = field(default_factory=dict)
     source: str = ""
 
