@@ -3,6 +3,7 @@
 mmptm data toyworld --out DIR [--n-train N ...] [--views video,audio,speech,...] [--voice V]
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
+mmptm kg train-embeddings TRIPLES --out DIR [--model transe|distmult] [--mmap] [--device cuda]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
@@ -132,6 +133,32 @@ def _data_answers(args: argparse.Namespace) -> int:
     vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
     write_answer_vocab(vocab, args.out)
     print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
+    return 0
+
+
+def _kg_train_embeddings(args: argparse.Namespace) -> int:
+    from mmptm.train.kge import KGETrainConfig, train_embeddings
+
+    # only the options given: the defaults live in one place, KGETrainConfig
+    given = {k: v for k, v in vars(args).items() if k in KGETrainConfig.__dataclass_fields__}
+    result = train_embeddings(args.triples, args.out, KGETrainConfig(**given),
+                              progress=not args.no_progress)  # fmt: skip
+    graph, train = result["graph"], result["train"]
+    print(
+        f"{graph['entities']} entities, {graph['relations']} relations, "
+        f"{graph['train_triples']} training triples; {train['triples_per_s']:.0f} triples/s"
+    )
+    unknown = {k: v for k, v in graph.items() if k.endswith("_unknown")}
+    if unknown:
+        print(f"dropped (an entity or relation unknown to training): {unknown}")
+    if "test" in result:
+        for side in ("tail", "head", "both"):
+            m = result["test"][side]
+            print(
+                f"test {side:>4}: MRR {m['mrr']:.4f}  Hits@1 {m['hits@1']:.4f}  "
+                f"Hits@3 {m['hits@3']:.4f}  Hits@10 {m['hits@10']:.4f}  ({m['count']} queries)"
+            )
+    print(f"embeddings → {args.out} (entities.npy/.txt, relations.npy/.txt, kge.json)")
     return 0
 
 
@@ -589,6 +616,40 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--min-count", type=int, default=9, help="questions an answer must occur in")
     an.add_argument("--top-k", type=int, default=None)
     an.set_defaults(fn=_data_answers)
+
+    kg = sub.add_parser("kg", help="knowledge graphs: entity and relation embeddings")
+    kg_sub = kg.add_subparsers(dest="action", required=True)
+    kt = kg_sub.add_parser(
+        "train-embeddings", argument_default=argparse.SUPPRESS,
+        help="TransE / DistMult with negative sampling; filtered link prediction on test",
+        description="Defaults: TransE, dim 100, L1, nssa loss (margin 6, temperature 1), "
+        "32 negatives, Adam lr 0.01, batch 512, 50 epochs, seed 0, cpu.",
+    )  # fmt: skip
+    kt.add_argument("triples", help="head<TAB>relation<TAB>tail file, a train/valid/test.txt "
+                    "folder (FB15k-237, WN18RR, Wikidata5M) or an OpenKE folder")  # fmt: skip
+    kt.add_argument("--out", required=True, help="folder: entities.npy/.txt, relations.*, kge.json")
+    kt.add_argument("--model", choices=["transe", "distmult"])
+    kt.add_argument("--dim", type=int)
+    kt.add_argument("--p-norm", type=int, choices=[1, 2], help="TransE's distance")
+    kt.add_argument("--no-normalize-entities", dest="normalize_entities", action="store_false",
+                    help="no unit-norm constraint on entities")  # fmt: skip
+    kt.add_argument("--loss", choices=["nssa", "margin"],
+                    help="self-adversarial negative sampling, or margin ranking")  # fmt: skip
+    kt.add_argument("--margin", type=float, help="γ of the loss")
+    kt.add_argument("--adversarial-temperature", type=float, help="α of nssa (0: uniform)")
+    kt.add_argument("--negatives", type=int, help="negatives per positive")
+    kt.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"])
+    kt.add_argument("--lr", type=float)
+    kt.add_argument("--batch-size", type=int)
+    kt.add_argument("--epochs", type=int)
+    kt.add_argument("--seed", type=int)
+    kt.add_argument("--device", help="cpu, cuda, cuda:1")
+    kt.add_argument("--mmap", action="store_true",
+                    help="entity table memory-mapped in OUT (sparse row updates)")  # fmt: skip
+    kt.add_argument("--eval-every", type=int, help="epochs between validation evaluations")
+    kt.add_argument("--eval-max-triples", type=int, help="validation triples (0: all)")
+    kt.add_argument("--no-progress", action="store_true", default=False)
+    kt.set_defaults(fn=_kg_train_embeddings)
 
     im = sub.add_parser("import", help="import checkpoints of other libraries (offline)")
     im_sub = im.add_subparsers(dest="format", required=True)
