@@ -23,6 +23,8 @@ SOURCE = "__source__"
 TASK = "__task__"
 #: "stacked" when a pair's two sentences are rows i and B+i of one text view (XLCO)
 PAIRS = "__pairs__"
+#: the batch keys that ITM negatives took from another row (a list; see objectives/itm.py)
+SWAPPED = "__swapped__"
 #: the loader worker that produced the batch, and its running count of skipped samples
 WORKER = "__worker__"
 SKIPPED = "__skipped__"
@@ -75,6 +77,7 @@ __all__ = [
     "RECORD",
     "SKIPPED",
     "SOURCE",
+    "SWAPPED",
     "TASK",
     "WORKER",
     "Batch",

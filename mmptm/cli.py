@@ -209,6 +209,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
         languages=args.languages.split(",") if args.languages else None,
         model_type=args.model_type,
         seed=args.seed,
+        fit_to_data=args.fit_to_data,
     )
     print(f"tokenizer → {args.out}.model: {tok}")
     return 0
@@ -680,6 +681,11 @@ def build_parser() -> argparse.ArgumentParser:
     tt.add_argument("--languages", default=None, help="comma list (default: found in shards)")
     tt.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
     tt.add_argument("--seed", type=int, default=0)
+    tt.add_argument(
+        "--fit-to-data",
+        action="store_true",
+        help="bpe: --vocab-size is a cap; stop when every word is one piece",
+    )
     tt.set_defaults(fn=_tokenizer_train)
 
     un = sub.add_parser("units", help="codebooks of discrete units (visual words, HuBERT)")
@@ -905,7 +911,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["clip", "multilingual", "vqa", "video", "audio"],
     )
     de.add_argument("--recipes", default=None,
-                    help="vqa: comma list of VL recipes (default: all five tiny ones); "
+                    help="vqa: comma list of VL recipes (default: all six tiny ones); "
                     "video: of videoclip_tiny (default), video_clip_tiny, videobert_tiny, "
                     "cbt_tiny; audio: of clap_tiny, audio_image_tiny, wav2vec2_tiny, "
                     "hubert_tiny, speechbert_tiny (default: clap_tiny,wav2vec2_tiny)")  # fmt: skip

@@ -600,6 +600,7 @@ def train_tokenizer(
     seed: int = 0,
     max_sentences: int = 2_000_000,
     num_threads: int = 8,
+    fit_to_data: bool = False,
 ) -> Tokenizer:
     """Train the shared sentencepiece model; writes ``<out_prefix>.model`` and ``.json``.
 
@@ -608,6 +609,13 @@ def train_tokenizer(
     (``captions`` keys, ``languages`` lists), sorted. The same inputs, ``seed`` and
     ``num_threads`` give an identical ``.model`` file: the thread count is part of the result
     because unigram training sums its EM statistics per thread.
+
+    ``fit_to_data`` (BPE only) makes ``vocab_size`` a cap: merging stops at that size or when
+    every word of the input is one piece, whichever comes first, so a small corpus (a few
+    hundred word types, as toyworld's English captions) gets a vocabulary of its own size
+    with whole words and no warning (only a word BPE still left split, e.g. one longer than
+    sentencepiece's 16-character pieces, is warned about). Without it, a vocabulary under
+    half the size asked is warned about (the sign of unigram's letter-level stop).
     """
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
@@ -617,6 +625,11 @@ def train_tokenizer(
         raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    if fit_to_data and model_type != "bpe":
+        raise ValueError(
+            f"fit_to_data needs model_type='bpe' (got {model_type!r}): unigram stops short of "
+            "whole words on small corpora"
+        )
 
     files = _expand_inputs(inputs)  # before reading anything: a typo should fail fast
     found_langs: set[str] = set()
@@ -668,7 +681,8 @@ def train_tokenizer(
         input_sentence_size=0,
         shuffle_input_sentence=False,
         num_threads=num_threads,
-        minloglevel=1,
+        # with fit_to_data, running out of pairs to merge is the expected end, not a warning
+        minloglevel=2 if fit_to_data else 1,
     )
     model = buf.getvalue()
     model_path = Path(f"{out_prefix}.model")
@@ -680,7 +694,10 @@ def train_tokenizer(
         json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
     tok = Tokenizer(model, languages=langs, specials=specials)
-    if tok.vocab_size < vocab_size // 2:
+    if fit_to_data:
+        if tok.vocab_size < vocab_size:
+            _check_whole_words(tok, kept)
+    elif tok.vocab_size < vocab_size // 2:
         # hard_vocab_limit=False lets sentencepiece stop short. Unigram does so on corpora with
         # few word types (toyworld: 253 pieces of 2000 asked), splitting frequent words into
         # letters; masked LM then becomes spelling completion. BPE reaches whole words there.
@@ -692,3 +709,22 @@ def train_tokenizer(
             if model_type == "unigram" else "",
         )  # fmt: skip
     return tok
+
+
+_WORD = re.compile(r"[^\W\d_]+|\d+")
+
+
+def _check_whole_words(tok: Tokenizer, sentences: list[str]) -> None:
+    """BPE stopped short of its size: say so, and warn about any word it left in pieces
+    (sentencepiece caps a piece at 16 characters, so a longer word stays split)."""
+    # sentencepiece splits at script changes (letters / digits / punctuation): words are runs
+    words = {w for line in sentences for w in _WORD.findall(line)}
+    split = sorted(w for w in words if len(tok.encode(w)) > 1)
+    if split:
+        log.warning(
+            "tokenizer: bpe stopped at %d pieces with %d of %d words still split (e.g. %s)",
+            tok.vocab_size, len(split), len(words), ", ".join(split[:5]),
+        )  # fmt: skip
+    else:
+        log.info("tokenizer: bpe sized to the data: %d pieces, every one of %d words whole",
+                 tok.vocab_size, len(words))  # fmt: skip

@@ -9,16 +9,23 @@ two-stream and dual models alike. Batch keys:
 ``segment_ids``, ``lang_ids`` (TLM restarts positions and mixes languages per token).
 A text encoder named other than ``text`` (a second view, e.g. the other sentence of a
 parallel pair) reads the same keys prefixed with ``<name>_``.
+
+``tag_classes`` (Oscar) makes the text view carry object tags: the encoder declares them to
+the text plug-in, which appends each sample's detector labels, named by these classes, as
+the second segment (``[CLS] caption [SEP] tags [SEP]``, BERT's pair layout: segment ids
+0 / 1, positions running on). Declared here, not in the recipe's data settings, because the
+tags are an input of the model: a fine-tuning run initialised from it reads them too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from mmptm.encoders.base import Encoder, ModalityTokens, VocabInfo, init_weights
+from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
 
 
@@ -46,6 +53,9 @@ class TextEncoder(Encoder):
         #: language model, e.g. the other side of a parallel pair); only the modality-type
         #: embedding stays its own
         tie_to: str = ""
+        #: Oscar's object tags: the detector's class names by label id (module docstring);
+        #: empty = captions only
+        tag_classes: list[str] = field(default_factory=list)
 
     def __init__(
         self,
@@ -83,6 +93,12 @@ class TextEncoder(Encoder):
         self.norm = nn.LayerNorm(width, eps=cfg.layer_norm_eps) if cfg.norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         init_weights(self)
+
+    def data_needs(self) -> dict[str, Need]:
+        if not self.cfg.tag_classes:
+            return super().data_needs()
+        facts = {"tag_classes": list(self.cfg.tag_classes), "restart_positions": False}
+        return {self.view: Need(self.modality, facts)}
 
     @property
     def word_embeddings(self) -> nn.Embedding:

@@ -22,6 +22,11 @@ inside a span. The field mirrors the text it annotates: a list of ``[start, end,
 ``captions`` (``{lang: [[...], ...]}``, one list per caption, when a language has several);
 ``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
 "hypothesis": [...]}`` for NLI. Joining and stacking pairs keeps every per-token key.
+**Object tags** (Oscar): with ``Config.tag_classes`` (the detector's class names, label i →
+``tag_classes[i]``) each sample gets a second segment, the labels of its ``regions.npz``
+regions in region order, named and joined by spaces ("circle square star"). It is the second
+sentence of the sample's only text view, so :class:`PackPairs` lays out ``[CLS] caption [SEP]
+tags [SEP]`` with segment ids 0 / 1; a sample that is already a pair cannot take tags.
 Legend: B batch, L tokens.
 """
 
@@ -37,17 +42,21 @@ import torch
 
 from mmptm.batch import KEY, PAIRS, Batch, batch_source
 from mmptm.modalities.base import DataContext, Modality, Sample, view_prefix
+from mmptm.modalities.regions import MEMBER as REGIONS_MEMBER
+from mmptm.modalities.regions import load_regions
 from mmptm.modalities.sentences import Segment, segments
 from mmptm.registry import MODALITIES
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
+#: the view a pair's second sentence fills when the model reads one text view (before packing)
+SECOND_VIEW = "text2"
 
 
 @MODALITIES.register("text")
 class TextData(Modality):
     """Tokenised sentences, one or two per sample (see the module docstring)."""
 
-    members: ClassVar[tuple[str, ...]] = ("txt", "json")
+    members: ClassVar[tuple[str, ...]] = ("txt", "json", REGIONS_MEMBER)
     max_views: ClassVar[int] = 2
 
     @dataclass
@@ -70,6 +79,10 @@ class TextData(Modality):
         #: character-span annotations → per-token keys: batch name → json field, e.g.
         #: {entity: entities} gives ``entity_ids`` and ``entity_mask``
         spans: dict[str, str] = field(default_factory=dict)
+        #: object tags as a second segment (Oscar; module docstring): the detector's class
+        #: names, by label id; empty = no tags. Declared by the text encoder (its
+        #: ``tag_classes``), so a fine-tuning run initialised from it reads tags too
+        tag_classes: list[str] = field(default_factory=list)
 
     def __init__(self, cfg: Config, *, views: Sequence[str], context: DataContext) -> None:
         super().__init__(cfg, views=views, context=context)
@@ -93,8 +106,13 @@ class TextData(Modality):
             self.fills.update({f"{name}_ids": -1, f"{name}_mask": False})
         # Where a pair's sentences go: the two views the model reads, or (one view) the first
         # and the default name of a second, which PackPairs then joins or stacks.
-        second = self.views[1] if len(self.views) == 2 else f"{self.name}2"
+        second = self.views[1] if len(self.views) == 2 else SECOND_VIEW
         self.prefixes = [self.prefix(self.views[0]), view_prefix(self.name, second)]
+        if cfg.tag_classes and len(self.views) == 2:
+            raise ValueError(
+                f"data.modalities.text.tag_classes: object tags are the second segment of one "
+                f"text view, but the model reads two ({self.views})"
+            )
         stacked = sorted(s for s, how in context.pairs.items() if how == "stack")
         if stacked and len(self.views) == 2:
             raise ValueError(
@@ -131,6 +149,8 @@ class TextData(Modality):
         """The span annotations of one segment, found where its text was (module docstring)."""
         found = {}
         head = seg.where[0]
+        if head == "tags":  # object tags carry no span annotations
+            return {}
         for name, fieldname in self.cfg.spans.items():
             value: Any = meta.get(fieldname)
             if value is None or head in ("txt", "question"):
@@ -154,6 +174,21 @@ class TextData(Modality):
                 )
         return found
 
+    def tags(self, sample: Sample) -> str:
+        """The object tags of a sample: its regions' detector labels as words, region order."""
+        if REGIONS_MEMBER not in sample:
+            raise ValueError(f"object tags need a {REGIONS_MEMBER} member; has {sorted(sample)}")
+        labels = load_regions(sample[REGIONS_MEMBER]).get("labels")
+        if labels is None:
+            raise ValueError(f"object tags need the detector labels; {REGIONS_MEMBER} has none")
+        names = self.cfg.tag_classes
+        bad = [int(i) for i in labels if not 0 <= i < len(names)]
+        if bad:
+            raise ValueError(
+                f"{REGIONS_MEMBER} label {bad[0]} has no name in tag_classes ({len(names)} names)"
+            )
+        return " ".join(names[i] for i in labels)
+
     def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
         segs = segments(
             sample,
@@ -163,6 +198,10 @@ class TextData(Modality):
             self.cfg.captions_field,
             self.cfg.caption_index,
         )
+        if self.cfg.tag_classes:
+            if len(segs) > 1:
+                raise ValueError("the sample is a sentence pair; object tags need a single text")
+            segs.append(Segment(self.tags(sample), segs[0].lang, ("tags",)))
         if len(self.views) == 2 and len(segs) < 2:
             raise ValueError(f"the model reads a second text view ({self.views[1]}); sample has 1")
         out: Sample = {}

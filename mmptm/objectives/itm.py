@@ -1,6 +1,7 @@
 """Matching: is this pair aligned? Image-text matching (ITM), and with ``swap_keys:
 [text2_*]`` Unicoder's cross-lingual paraphrase classification (aligned vs. misaligned
-translations).
+translations) and, on a text view with object tags, Oscar's contrastive loss (polluted tags:
+the tag segment swapped for another sample's, classified polluted or not).
 
 Data side: with probability ``prob_negative`` a sample's second side (the image, or the
 second text view) is swapped for another sample's in the batch (never its own), giving
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmptm.batch import Batch
+from mmptm.batch import SWAPPED, Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.base import Objective
@@ -64,6 +65,7 @@ class SwapNegatives:
         for k in keys:
             batch[k] = batch[k][partner_B]
         batch["itm_labels"] = (partner_B == torch.arange(len(partner_B))).long()
+        batch[SWAPPED] = keys
         return batch
 
 

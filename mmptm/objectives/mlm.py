@@ -15,10 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mmptm.batch import Batch
+from mmptm.batch import SWAPPED, Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import view_prefix
+from mmptm.modalities.text import SECOND_VIEW
 from mmptm.objectives.base import Objective
 from mmptm.objectives.masking import select_positions
 from mmptm.registry import OBJECTIVES
@@ -68,8 +69,10 @@ class MaskTokens:
     """MLM data side over ``<prefix>input_ids``; writes ``<prefix>mlm_labels``.
 
     When ITM negatives are in the batch their text is masked like the rest (so masking
-    gives ITM no hint) but carries no MLM labels: a caption is only predicted from its
-    own image.
+    gives ITM no hint) but carries no MLM labels where it is foreign: a caption is only
+    predicted from its own image. When the negatives swapped only the second sentence of a
+    joined pair (Oscar's polluted tags) that segment alone is foreign, and the caption keeps
+    its labels (as Oscar's ``mask_loss_for_unmatched=False``).
     """
 
     data_priority: ClassVar[int] = 20
@@ -100,7 +103,13 @@ class MaskTokens:
             word_starts=self.word_starts,
         )
         if "itm_labels" in batch:
-            labels[batch["itm_labels"] == 0] = IGNORE
+            foreign_BL = (batch["itm_labels"] == 0)[:, None].expand_as(labels)
+            second = view_prefix("text", SECOND_VIEW)
+            segments = batch.get(f"{self.prefix}segment_ids")
+            swapped = batch.get(SWAPPED) or []
+            if segments is not None and swapped and all(k.startswith(second) for k in swapped):
+                foreign_BL = foreign_BL & (segments == 1)
+            labels[foreign_BL] = IGNORE
         batch[f"{self.prefix}input_ids"] = inputs
         batch[f"{self.prefix}mlm_labels"] = labels
         return batch

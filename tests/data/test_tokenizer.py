@@ -456,6 +456,43 @@ def test_short_vocabulary_warns_and_bpe_reaches_whole_words(tmp_path: Path, capl
     ]
 
 
+def test_fit_to_data_sizes_bpe_to_the_captions_with_whole_words(
+    tiny_world, tmp_path, caplog, capfd
+):
+    # The VQA study's tokenizer: English captions and questions (about 50 word types) cannot
+    # fill 1000 pieces. Unigram stops near letter level with a warning; BPE fitted to the
+    # data stops when every word is one piece, with no warning (ours or sentencepiece's).
+    shards = [tiny_world / "text" / "en.txt", *sorted(tiny_world.glob("vqa/train-*.tar"))]
+    with caplog.at_level("INFO", logger="mmptm.data.tokenizer"):
+        tok = train_tokenizer(shards, tmp_path / "bpe", vocab_size=1000, languages=["en"],
+                              model_type="bpe", num_threads=1, fit_to_data=True)  # fmt: skip
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "warn" not in capfd.readouterr().err.lower()
+    assert 100 < tok.vocab_size < 1000
+    assert any("every one of" in r.getMessage() for r in caplog.records)
+    sentence = "What color is the large triangle to the left of the small star?"
+    words = [tok.id_to_piece(i) for i in tok.encode(sentence)]
+    assert words == ["\u2581" + w for w in sentence[:-1].split()] + ["?"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mmptm.data.tokenizer"):
+        uni = train_tokenizer(shards, tmp_path / "uni", vocab_size=1000, languages=["en"],
+                              num_threads=1)  # fmt: skip
+    assert uni.vocab_size < 200 and any("pieces of the 1000" in r.getMessage()
+                                        for r in caplog.records)  # fmt: skip
+    with pytest.raises(ValueError, match="fit_to_data needs model_type='bpe'"):
+        train_tokenizer(shards, tmp_path / "x", vocab_size=1000, fit_to_data=True)
+
+
+def test_fit_to_data_warns_about_words_left_split(tmp_path: Path, caplog):
+    # sentencepiece caps pieces at 16 characters: a longer word stays in pieces
+    corpus = write_lines(tmp_path / "long.txt", ["a supercalifragilisticexpialidocious day"] * 50)
+    with caplog.at_level("WARNING", logger="mmptm.data.tokenizer"):
+        train_tokenizer([corpus], tmp_path / "bpe", vocab_size=500, languages=["en"],
+                        model_type="bpe", fit_to_data=True)  # fmt: skip
+    assert any("1 of 3 words still split (e.g. supercalifragilisticexpialidocious)"
+               in r.getMessage() for r in caplog.records)  # fmt: skip
+
+
 @pytest.mark.parametrize("scheme", ["sentencepiece", "fairseq"])
 def test_word_start_ids_mark_the_first_piece_of_every_word(
     tok: Tokenizer, xlmr_spm: Path, scheme: str
