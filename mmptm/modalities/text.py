@@ -22,13 +22,19 @@ inside a span. The field mirrors the text it annotates: a list of ``[start, end,
 ``captions`` (``{lang: [[...], ...]}``, one list per caption, when a language has several);
 ``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
 "hypothesis": [...]}`` for NLI. Joining and stacking pairs keeps every per-token key.
+An id is an integer (the row itself) or, with ``Config.span_vocabularies`` (batch name → an
+id list, one id per line: ``entities.txt`` of ``mmptm kg train-embeddings``), an id string
+such as Wikidata's "Q42" (what ``mmptm data link`` writes), looked up to its row; a string
+the list lacks is dropped and counted (``unknown_ids``, logged), never a bad sample.
 Legend: B batch, L tokens.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -39,6 +45,8 @@ from mmptm.batch import KEY, PAIRS, Batch, batch_source
 from mmptm.modalities.base import DataContext, Modality, Sample, view_prefix
 from mmptm.modalities.sentences import Segment, segments
 from mmptm.registry import MODALITIES
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -70,6 +78,9 @@ class TextData(Modality):
         #: character-span annotations → per-token keys: batch name → json field, e.g.
         #: {entity: entities} gives ``entity_ids`` and ``entity_mask``
         spans: dict[str, str] = field(default_factory=dict)
+        #: span name → id list file (row i = line i) that maps string ids to rows, e.g.
+        #: {entity: runs/kg/entities.txt}
+        span_vocabularies: dict[str, str] = field(default_factory=dict)
 
     def __init__(self, cfg: Config, *, views: Sequence[str], context: DataContext) -> None:
         super().__init__(cfg, views=views, context=context)
@@ -82,6 +93,16 @@ class TextData(Modality):
             if not _NAME.fullmatch(name):
                 raise ValueError(f"data.modalities.text.spans: {name!r} is not a batch-key name")
         self.tokenizer = tok
+        self.vocabularies = {}
+        for name, path in cfg.span_vocabularies.items():
+            if name not in cfg.spans:
+                raise ValueError(
+                    f"data.modalities.text.span_vocabularies: {name!r} is not a span name "
+                    f"({sorted(cfg.spans)})"
+                )
+            self.vocabularies[name] = _read_id_list(path)
+        #: per span name: string ids the vocabulary lacks, dropped (in this process)
+        self.unknown_ids: Counter[str] = Counter()
         #: per-token keys and their padding value; "position_ids" appears once pairs are joined
         self.fills: dict[str, int | bool] = {
             "input_ids": tok.pad_id,
@@ -122,10 +143,21 @@ class TextData(Modality):
         if self.cfg.spans:
             kept = [(0, 0), *offsets[: len(input_ids) - 2], (0, 0)]  # [CLS] ... [SEP]
             for name in self.cfg.spans:
-                out[f"{name}_ids"], out[f"{name}_mask"] = _token_spans(
-                    (spans or {}).get(name) or [], kept, len(text), name
-                )
+                ids, inside, unknown = _token_spans(
+                    (spans or {}).get(name) or [], kept, len(text), name,
+                    self.vocabularies.get(name),
+                )  # fmt: skip
+                out[f"{name}_ids"], out[f"{name}_mask"] = ids, inside
+                if unknown:
+                    self._count_unknown(name, unknown)
         return out
+
+    def _count_unknown(self, name: str, n: int) -> None:
+        before = self.unknown_ids[name]
+        self.unknown_ids[name] += n
+        if before == 0 or len(str(before)) != len(str(before + n)):  # at 1, 10, 100, ...
+            log.warning("%s spans: %d ids so far are not in %s; dropped", name,
+                        self.unknown_ids[name], self.cfg.span_vocabularies[name])  # fmt: skip
 
     def _spans(self, meta: Mapping[str, Any], seg: Segment) -> dict[str, Any]:
         """The span annotations of one segment, found where its text was (module docstring)."""
@@ -199,18 +231,49 @@ class TextData(Modality):
         return [PackPairs(self.fills, first, second, self.cfg.restart_positions, stack)]
 
 
+def _read_id_list(path: str) -> dict[str, int]:
+    """An id list (one id per line, row i = line i) as id → row."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file (an id list)") from None
+    rows = {n: i for i, n in enumerate(names)}
+    if len(rows) != len(names) or "" in rows:
+        raise ValueError(f"{path}: an id list needs one distinct, non-empty id per line")
+    return rows
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _token_spans(
-    spans: Any, offsets: Sequence[tuple[int, int]], n_chars: int, name: str
-) -> tuple[list[int], list[bool]]:
-    """Per-token (value at a span's first piece else -1, inside-a-span mask) of one sentence."""
+    spans: Any,
+    offsets: Sequence[tuple[int, int]],
+    n_chars: int,
+    name: str,
+    vocab: Mapping[str, int] | None = None,
+) -> tuple[list[int], list[bool], int]:
+    """Per-token (value at a span's first piece else -1, inside-a-span mask) of one sentence,
+    and how many string ids ``vocab`` lacks (those spans are dropped)."""
     ids, inside = [-1] * len(offsets), [False] * len(offsets)
+    unknown = 0
     if not isinstance(spans, list):
         raise ValueError(f"{name} spans must be a list of [start, end, id], got {spans!r}")
     for span in spans:
         ok = isinstance(span, (list, tuple)) and len(span) == 3
-        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
-            raise ValueError(f"{name} span {span!r} is not [start, end, id] of integers")
+        ok = ok and _is_int(span[0]) and _is_int(span[1])
+        ok = ok and (_is_int(span[2]) or (vocab is not None and isinstance(span[2], str)))
+        if not ok:
+            kind = "an integer or an id string" if vocab is not None else "an integer"
+            raise ValueError(f"{name} span {span!r} is not [start, end, id] (id: {kind})")
         start, end, value = span
+        if isinstance(value, str):
+            if value not in vocab:  # type: ignore[operator]
+                unknown += 1
+                continue
+            value = vocab[value]  # type: ignore[index]
         if not 0 <= start < end <= n_chars or value < 0:
             raise ValueError(
                 f"{name} span {span!r} is outside the text ({n_chars} characters) or has a "
@@ -221,7 +284,7 @@ def _token_spans(
             inside[t] = True
         if covered and ids[covered[0]] < 0:
             ids[covered[0]] = value
-    return ids, inside
+    return ids, inside, unknown
 
 
 @dataclass
