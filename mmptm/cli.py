@@ -641,12 +641,14 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--field", default="auto", choices=["auto", "txt", "captions"],
                     help="the text to link (auto: json.captions if present, else txt)")  # fmt: skip
     li.add_argument("--case", default="auto", choices=["auto", "sensitive", "insensitive"],
-                    help="auto: exact case for aliases of <= 3 characters and acronyms")  # fmt: skip
+                    help="auto: exact case for aliases of <= 3 characters and "
+                         "acronyms")  # fmt: skip
     li.add_argument("--triples", default=None,
                     help="head<TAB>relation<TAB>tail file: an ambiguous alias links to the "
                          "entity with the most triples")  # fmt: skip
     li.add_argument("--entities", default=None,
-                    help="entity id list (entities.txt of kg train-embeddings): only these")  # fmt: skip
+                    help="entity id list (entities.txt of kg train-embeddings): link "
+                         "only these")  # fmt: skip
     li.add_argument("--no-progress", action="store_true")
     li.set_defaults(fn=_data_link)
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from mmptm.data.graph import iter_triples, read_aliases
-from mmptm.data.shards import encode_member, expand_shards
+from mmptm.data.shards import count_samples, encode_member, expand_shards
 from mmptm.progress import progress_bar
 
 log = logging.getLogger(__name__)
@@ -155,8 +155,8 @@ class AliasDictionary:
                 if entity not in found:
                     found.append(entity)
         for (exact, key), entities in owners.items():
-            table, prefixes = (out.exact, out.prefixes) if exact else (out.folded,
-                                                                       out.folded_prefixes)  # fmt: skip
+            table = out.exact if exact else out.folded
+            prefixes = out.prefixes if exact else out.folded_prefixes
             table[key] = max(entities, key=rank.__getitem__)
             if len(entities) > 1:
                 out.ambiguous.add(key)
@@ -354,9 +354,12 @@ def link_shards(
         raise ValueError(f"--out {out} holds the input shards; write elsewhere")
     out.mkdir(parents=True, exist_ok=True)
     wanted = set(languages) if languages else None
-    stats = LinkStats(dictionaries={lang: {"aliases": len(d), "ambiguous_aliases": len(
-        d.ambiguous), "unknown_entities": d.unknown_entities} for lang, d in dictionaries.items()})  # fmt: skip
-    from mmptm.data.shards import count_samples
+    sizes = {
+        lang: {"aliases": len(d), "ambiguous_aliases": len(d.ambiguous),
+               "unknown_entities": d.unknown_entities}
+        for lang, d in dictionaries.items()
+    }  # fmt: skip
+    stats = LinkStats(dictionaries=sizes)
 
     bar = progress_bar(total=count_samples(urls), desc="link", unit="sample", enabled=progress)
     with bar:

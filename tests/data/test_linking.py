@@ -1,6 +1,7 @@
 """`mmptm data link`: longest match, word boundaries, case policy, scripts, ambiguity, shards
 copied byte for byte, and mentions reaching the tokens through the tokenizer's offsets."""
 
+import itertools
 import json
 
 import pytest
@@ -16,7 +17,7 @@ def found(d: AliasDictionary, text: str) -> list[tuple[str, str]]:
     """(the text each mention covers, its entity); the offsets are checked by slicing."""
     mentions, _ = d.link(text)
     assert all(0 <= s < e <= len(text) for s, e, _ in mentions)
-    assert all(a[1] <= b[0] for a, b in zip(mentions, mentions[1:]))  # ordered, no overlap
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(mentions))  # ordered, no overlap
     return [(text[s:e], entity) for s, e, entity in mentions]
 
 
@@ -143,7 +144,7 @@ def test_languages_option_and_cli(tmp_path, capsys):
     assert main(argv) == 0
     summary = json.loads((tmp_path / "out" / "link.json").read_text())
     assert summary["per_language"] == {"ru": 1} and summary["mentions"] == 1
-    (key, members), *_ = read_shard_samples([str(tmp_path / "out" / "train-000000.tar")])
+    (_, members), *_ = read_shard_samples([str(tmp_path / "out" / "train-000000.tar")])
     assert json.loads(members["json"])["mentions"] == {"ru": [[0, 4, "Q5"]]}
 
 
@@ -154,8 +155,9 @@ def test_languages_option_and_cli(tmp_path, capsys):
 def test_malformed_alias_lines_name_file_and_line(tmp_path, capsys, content, match):
     (tmp_path / "bad.txt").write_text(content)
     _write_shards(tmp_path / "in")
-    line = cli_error(capsys, ["data", "link", "--input", str(tmp_path / "in"), "--aliases",
-                              str(tmp_path / "bad.txt"), "--out", str(tmp_path / "out")])  # fmt: skip
+    argv = ["data", "link", "--input", str(tmp_path / "in"), "--aliases",
+            str(tmp_path / "bad.txt"), "--out", str(tmp_path / "out")]  # fmt: skip
+    line = cli_error(capsys, argv)
     assert match in line
 
 
