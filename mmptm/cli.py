@@ -3,6 +3,7 @@
 mmptm data toyworld --out DIR [--n-train N ...] [--views video,audio,speech,...] [--voice V]
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
+mmptm data link --input SHARDS --aliases [LANG=]FILE --out DIR [--case auto] [--field auto]
 mmptm kg train-embeddings TRIPLES --out DIR [--model transe|distmult] [--mmap] [--device cuda]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
@@ -133,6 +134,19 @@ def _data_answers(args: argparse.Namespace) -> int:
     vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
     write_answer_vocab(vocab, args.out)
     print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
+    return 0
+
+
+def _data_link(args: argparse.Namespace) -> int:
+    from mmptm.data.linking import link_shards, read_dictionaries
+
+    dictionaries = read_dictionaries(args.aliases, args.case, args.triples, args.entities)
+    languages = [x.strip() for x in args.languages.split(",") if x.strip()] or None
+    stats = link_shards(args.input, args.out, dictionaries, languages=languages,
+                        text_field=args.field, progress=not args.no_progress)  # fmt: skip
+    summary = stats.summary()
+    Path(args.out, "link.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
     return 0
 
 
@@ -617,6 +631,27 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--min-count", type=int, default=9, help="questions an answer must occur in")
     an.add_argument("--top-k", type=int, default=None)
     an.set_defaults(fn=_data_answers)
+
+    li = data_sub.add_parser("link", help="entity mentions by alias dictionary → json.mentions")
+    li.add_argument("--input", required=True, help="text shards (glob, brace pattern, folder)")
+    li.add_argument("--aliases", action="append", required=True, metavar="[LANG=]FILE",
+                    help="id<TAB>alias... lines (wikidata5m_entity.txt); LANG=FILE for one "
+                         "language, FILE for every other; repeatable")  # fmt: skip
+    li.add_argument("--out", required=True, help="folder: the linked shards and link.json")
+    li.add_argument("--languages", default="", help="link only these (comma list)")
+    li.add_argument("--field", default="auto", choices=["auto", "txt", "captions"],
+                    help="the text to link (auto: json.captions if present, else txt)")  # fmt: skip
+    li.add_argument("--case", default="auto", choices=["auto", "sensitive", "insensitive"],
+                    help="auto: exact case for aliases of <= 3 characters and "
+                         "acronyms")  # fmt: skip
+    li.add_argument("--triples", default=None,
+                    help="head<TAB>relation<TAB>tail file: an ambiguous alias links to the "
+                         "entity with the most triples")  # fmt: skip
+    li.add_argument("--entities", default=None,
+                    help="entity id list (entities.txt of kg train-embeddings): link "
+                         "only these")  # fmt: skip
+    li.add_argument("--no-progress", action="store_true")
+    li.set_defaults(fn=_data_link)
 
     kg = sub.add_parser("kg", help="knowledge graphs: entity and relation embeddings")
     kg_sub = kg.add_subparsers(dest="action", required=True)

@@ -22,18 +22,26 @@ inside a span. The field mirrors the text it annotates: a list of ``[start, end,
 ``captions`` (``{lang: [[...], ...]}``, one list per caption, when a language has several);
 ``[[...], [...]]`` for a pair's ``texts``; ``{"premise": [...],
 "hypothesis": [...]}`` for NLI. Joining and stacking pairs keeps every per-token key.
+An id is an integer (the row itself) or, with ``Config.span_vocabularies`` (batch name → an
+id list, one id per line: ``entities.txt`` of ``mmptm kg train-embeddings``), an id string
+such as Wikidata's "Q42" (what ``mmptm data link`` writes), looked up to its row; a string
+the list lacks is dropped and counted (``unknown_ids``, logged), never a bad sample.
+
 **Object tags** (Oscar): with ``Config.tag_classes`` (the detector's class names, label i →
 ``tag_classes[i]``) each sample gets a second segment, the labels of its ``regions.npz``
 regions in region order, named and joined by spaces ("circle square star"). It is the second
 sentence of the sample's only text view, so :class:`PackPairs` lays out ``[CLS] caption [SEP]
 tags [SEP]`` with segment ids 0 / 1; a sample that is already a pair cannot take tags.
+
 Legend: B batch, L tokens.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -46,6 +54,8 @@ from mmptm.modalities.regions import MEMBER as REGIONS_MEMBER
 from mmptm.modalities.regions import load_regions
 from mmptm.modalities.sentences import Segment, segments
 from mmptm.registry import MODALITIES
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 #: the view a pair's second sentence fills when the model reads one text view (before packing)
@@ -83,6 +93,9 @@ class TextData(Modality):
         #: names, by label id; empty = no tags. Declared by the text encoder (its
         #: ``tag_classes``), so a fine-tuning run initialised from it reads tags too
         tag_classes: list[str] = field(default_factory=list)
+        #: span name → id list file (row i = line i) that maps string ids to rows, e.g.
+        #: {entity: runs/kg/entities.txt}
+        span_vocabularies: dict[str, str] = field(default_factory=dict)
 
     def __init__(self, cfg: Config, *, views: Sequence[str], context: DataContext) -> None:
         super().__init__(cfg, views=views, context=context)
@@ -95,6 +108,16 @@ class TextData(Modality):
             if not _NAME.fullmatch(name):
                 raise ValueError(f"data.modalities.text.spans: {name!r} is not a batch-key name")
         self.tokenizer = tok
+        self.vocabularies = {}
+        for name, path in cfg.span_vocabularies.items():
+            if name not in cfg.spans:
+                raise ValueError(
+                    f"data.modalities.text.span_vocabularies: {name!r} is not a span name "
+                    f"({sorted(cfg.spans)})"
+                )
+            self.vocabularies[name] = _read_id_list(path)
+        #: per span name: string ids the vocabulary lacks, dropped (in this process)
+        self.unknown_ids: Counter[str] = Counter()
         #: per-token keys and their padding value; "position_ids" appears once pairs are joined
         self.fills: dict[str, int | bool] = {
             "input_ids": tok.pad_id,
@@ -140,10 +163,21 @@ class TextData(Modality):
         if self.cfg.spans:
             kept = [(0, 0), *offsets[: len(input_ids) - 2], (0, 0)]  # [CLS] ... [SEP]
             for name in self.cfg.spans:
-                out[f"{name}_ids"], out[f"{name}_mask"] = _token_spans(
-                    (spans or {}).get(name) or [], kept, len(text), name
-                )
+                ids, inside, unknown = _token_spans(
+                    (spans or {}).get(name) or [], kept, len(text), name,
+                    self.vocabularies.get(name),
+                )  # fmt: skip
+                out[f"{name}_ids"], out[f"{name}_mask"] = ids, inside
+                if unknown:
+                    self._count_unknown(name, unknown)
         return out
+
+    def _count_unknown(self, name: str, n: int) -> None:
+        before = self.unknown_ids[name]
+        self.unknown_ids[name] += n
+        if before == 0 or len(str(before)) != len(str(before + n)):  # at 1, 10, 100, ...
+            log.warning("%s spans: %d ids so far are not in %s; dropped", name,
+                        self.unknown_ids[name], self.cfg.span_vocabularies[name])  # fmt: skip
 
     def _spans(self, meta: Mapping[str, Any], seg: Segment) -> dict[str, Any]:
         """The span annotations of one segment, found where its text was (module docstring)."""
@@ -238,18 +272,49 @@ class TextData(Modality):
         return [PackPairs(self.fills, first, second, self.cfg.restart_positions, stack)]
 
 
+def _read_id_list(path: str) -> dict[str, int]:
+    """An id list (one id per line, row i = line i) as id → row."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file (an id list)") from None
+    rows = {n: i for i, n in enumerate(names)}
+    if len(rows) != len(names) or "" in rows:
+        raise ValueError(f"{path}: an id list needs one distinct, non-empty id per line")
+    return rows
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _token_spans(
-    spans: Any, offsets: Sequence[tuple[int, int]], n_chars: int, name: str
-) -> tuple[list[int], list[bool]]:
-    """Per-token (value at a span's first piece else -1, inside-a-span mask) of one sentence."""
+    spans: Any,
+    offsets: Sequence[tuple[int, int]],
+    n_chars: int,
+    name: str,
+    vocab: Mapping[str, int] | None = None,
+) -> tuple[list[int], list[bool], int]:
+    """Per-token (value at a span's first piece else -1, inside-a-span mask) of one sentence,
+    and how many string ids ``vocab`` lacks (those spans are dropped)."""
     ids, inside = [-1] * len(offsets), [False] * len(offsets)
+    unknown = 0
     if not isinstance(spans, list):
         raise ValueError(f"{name} spans must be a list of [start, end, id], got {spans!r}")
     for span in spans:
         ok = isinstance(span, (list, tuple)) and len(span) == 3
-        if not ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in span):
-            raise ValueError(f"{name} span {span!r} is not [start, end, id] of integers")
+        ok = ok and _is_int(span[0]) and _is_int(span[1])
+        ok = ok and (_is_int(span[2]) or (vocab is not None and isinstance(span[2], str)))
+        if not ok:
+            kind = "an integer or an id string" if vocab is not None else "an integer"
+            raise ValueError(f"{name} span {span!r} is not [start, end, id] (id: {kind})")
         start, end, value = span
+        if isinstance(value, str):
+            if value not in vocab:  # type: ignore[operator]
+                unknown += 1
+                continue
+            value = vocab[value]  # type: ignore[index]
         if not 0 <= start < end <= n_chars or value < 0:
             raise ValueError(
                 f"{name} span {span!r} is outside the text ({n_chars} characters) or has a "
@@ -260,7 +325,7 @@ def _token_spans(
             inside[t] = True
         if covered and ids[covered[0]] < 0:
             ids[covered[0]] = value
-    return ids, inside
+    return ids, inside, unknown
 
 
 @dataclass
