@@ -212,7 +212,7 @@ def load_sharded(path: str | Path, state: dict[str, Any]) -> None:
         with _dcp_call():
             dcp.load(state, checkpoint_id=Path(path), no_dist=_no_dist())
     except Exception as e:  # damaged data that passed read's checks
-        raise BrokenCheckpoint(f"{path}: cannot read this checkpoint ({_reason(e)})") from None
+        raise BrokenCheckpoint(f"{path}: cannot read this checkpoint ({_damaged(e)})") from None
 
 
 @contextlib.contextmanager
@@ -304,6 +304,13 @@ def _reason(e: BaseException) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
+def _damaged(e: BaseException) -> str:
+    """The reason for an error raised by shard data that passed the size checks: garbled
+    bytes fail in many ways (a bad pickle opcode, an index out of range, a huge length)."""
+    reason = _reason(e)
+    return reason if reason.startswith("damaged data") else f"damaged data: {reason}"
+
+
 def _load(path: Path, weights: bool = True) -> Checkpoint:
     if path.is_dir():
         return _load_sharded(path, weights)
@@ -335,8 +342,13 @@ def _load_sharded(path: Path, weights: bool) -> Checkpoint:
                     model[key.removeprefix("model.")] = torch.empty(
                         md.size, dtype=md.properties.dtype
                     )
-            with _dcp_call():
-                dcp.load({"model": model}, storage_reader=dcp.FileSystemReader(path), no_dist=True)
+            try:
+                with _dcp_call():
+                    dcp.load(
+                        {"model": model}, storage_reader=dcp.FileSystemReader(path), no_dist=True
+                    )
+            except Exception as e:  # the shard files' bytes: any error means damaged data
+                raise ValueError(_damaged(e)) from None
     except Exception as e:  # a file missing, truncated or garbled
         raise ValueError(f"{path}: cannot read this checkpoint ({_reason(e)})") from None
     if isinstance(state, dict):
