@@ -16,7 +16,10 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import real_parallel_data as rp
-from real_parallel import tfidf_retrieval
+from real_parallel import ROOT as BENCH_ROOT
+from real_parallel import TUNED, recipe_overrides, tfidf_retrieval
+
+from mmptm.models.run import load_run_config
 
 
 def write_mo(path, entries: dict[str, str]) -> None:
@@ -168,3 +171,16 @@ def test_tfidf_baseline_matches_a_direct_count(tiny_tokenizer):
         sim.argmax(0) == torch.arange(4)
     ).float().mean()
     assert got["de"] == pytest.approx(hits.item() / 2) and got["avg"] == got["de"]
+
+
+@pytest.mark.parametrize("recipe", sorted(TUNED))
+def test_tuned_settings_name_keys_of_their_recipe_and_take_effect(recipe, tmp_path):
+    over = [*recipe_overrides(recipe, tmp_path), *TUNED[recipe]]
+    cfg = load_run_config(str(BENCH_ROOT / f"configs/pretrain/{recipe}.yaml"), over)
+    for setting in TUNED[recipe]:
+        key, value = setting.split("=", 1)
+        node = cfg
+        for part in key.split("."):
+            node = node[part] if isinstance(node, dict) else getattr(node, part)
+        expected = {"true": True, "false": False}.get(value, value)
+        assert node == (type(node)(expected) if isinstance(node, float) else expected), key
