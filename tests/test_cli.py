@@ -15,7 +15,8 @@ from conftest import ROOT, cli_error, tiny_overrides
 
 from mmptm.cli import main
 from mmptm.config import load_yaml_tree
-from mmptm.studies import LANGS
+from mmptm.search.index import SearchIndex
+from mmptm.studies import DEMO_QUERIES, LANGS
 
 PY = sys.executable
 
@@ -212,9 +213,6 @@ def test_demo_clip_writes_results_and_curves(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"training curves: {out / 'curves.png'}" in printed
     # the test images are indexed by the demo's run and searched in three languages
-    from mmptm.search.index import SearchIndex
-    from mmptm.studies import DEMO_QUERIES
-
     index = SearchIndex.open(out / "index")
     assert index.meta["counts"]["items"] == 16
     assert Path(index.meta["checkpoint"]).parent.parent == (out / "clip_tiny").resolve()

@@ -15,28 +15,16 @@ import struct
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from mmptm.search.index import Hit
 from mmptm.search.serve import MAX_K, STATIC, create_app, running
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
-
-
-@dataclass(frozen=True)
-class Hit:  # the fields of mmptm.search.index.Hit
-    key: str
-    score: float
-    rank: int
-    side: str
-    caption: str
-    language: str | None
-    has_thumbnail: bool
-    itm: float | None = None
 
 
 def jpeg(rgb: tuple[int, int, int], size: int = 24, fmt: str = "JPEG") -> bytes:
