@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -978,7 +979,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return args.fn(args)
+        status = args.fn(args)
     except (ValueError, OSError, FloatingPointError) as e:
         if args.debug:
             raise
@@ -987,7 +988,12 @@ def main(argv: list[str] | None = None) -> int:
         # ConfigError is a ValueError; a stalled rank raises TimeoutError, an OSError.
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         print(f"mmptm {args.command}: error: {message or type(e).__name__}", file=sys.stderr)
-        return 2
+        status = 2
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # a rank under torchrun
+        from mmptm.train.trainer import exit_rank
+
+        exit_rank(status)
+    return status
 
 
 if __name__ == "__main__":

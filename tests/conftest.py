@@ -258,7 +258,7 @@ def spawn_ranks(fn, args: tuple, deadline_s: float, done=lambda: False, world: i
     root = Path(sys.modules[name].__file__).resolve().parents[name.count(".")]
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    ctx = mp.spawn(fn, args=args, nprocs=world, join=False)
+    ctx = mp.spawn(_rank_then_exit, args=(fn, args), nprocs=world, join=False)
     deadline = time.monotonic() + deadline_s
     try:
         while not ctx.join(timeout=1):
@@ -270,6 +270,15 @@ def spawn_ranks(fn, args: tuple, deadline_s: float, done=lambda: False, world: i
         for p in ctx.processes:
             if p.is_alive():
                 p.terminate()
+
+
+def _rank_then_exit(rank: int, fn, args: tuple) -> None:
+    """``fn(rank, *args)``, then leave as ``mmptm`` ranks do (``exit_rank``); an exception
+    goes to ``mp.spawn`` as it would without the wrapper."""
+    from mmptm.train.trainer import exit_rank
+
+    fn(rank, *args)
+    exit_rank(0)
 
 
 def rank_env(rank: int, port: int, world: int = WORLD) -> None:

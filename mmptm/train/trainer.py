@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import logging
 import math
 import os
 import random
 import re
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -665,13 +667,50 @@ class Trainer:
 
 def pretrain(cfg: RunConfig) -> dict[str, Any]:
     """Run a pre-training job described by ``cfg``; returns the last logged metrics."""
-    trainer = Trainer(cfg)
+    trainer: Trainer | None = Trainer(cfg)
+    finished = False
     try:
         last = trainer.fit()
-        if dist.is_initialized():
-            # a rank that tears its gloo pairs down while another still uses them aborts
-            dist.barrier()
+        finished = True
         return last
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        trainer = None
+        leave_process_group(wait=finished)
+
+
+def leave_process_group(wait: bool = True) -> None:
+    """End this rank's part in the process group, once its trainers are dropped.
+
+    The process group is only destroyed (its gloo threads joined) when its last reference
+    goes, and a trainer holds one through the DDP reducer or FSDP's device mesh, inside
+    reference cycles that only the garbage collector frees. Left to the collector's
+    whim, that could happen during interpreter shutdown, where a gloo thread freeing a
+    tensor aborts the process ("terminate called without an active exception") after a
+    finished run: so collect first, then (``wait``: after a run that ended well) wait for
+    the other ranks, as a rank that tears its gloo pairs down while another still uses them
+    aborts, then destroy.
+    """
+    if not dist.is_initialized():
+        return
+    gc.collect()
+    try:
+        if wait:
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def exit_rank(status: int) -> NoReturn:
+    """End a rank's process now, with ``status``, skipping interpreter shutdown.
+
+    Under FSDP2 something inside torch (C++ side: no Python object refers to it) keeps the
+    destroyed process group, and with it gloo's threads and the store, until the process
+    ends; their destructors then run during interpreter shutdown, which can abort a rank
+    whose run finished well. A rank has nothing left to do once its command returned (every
+    file is closed, ``leave_process_group`` ran): flush what is buffered and leave.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    logging.shutdown()
+    os._exit(status)

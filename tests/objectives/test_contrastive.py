@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from mmptm.fusion.base import FusionOutput
 from mmptm.objectives.contrastive import Contrastive, gather_features, info_nce
+from mmptm.train.trainer import leave_process_group
 
 
 def _np_info_nce(a: np.ndarray, b: np.ndarray, scale: float) -> float:
@@ -227,6 +228,7 @@ def _global_reference(data: dict) -> dict[str, torch.Tensor]:
 def _rank_worker(rank: int, world: int, init_file: str, data: dict, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    ok = False
     try:
         B = N // world
         rows = slice(rank * B, (rank + 1) * B)
@@ -283,11 +285,9 @@ def _rank_worker(rank: int, world: int, init_file: str, data: dict, out_dir: str
                 "loss"
             ]
         torch.save(res, Path(out_dir) / f"rank{rank}.pt")
-        # No rank may tear its gloo pairs down while the other still uses them: under load
-        # the early one aborted ("terminate called without an active exception").
-        dist.barrier()
+        ok = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(wait=ok)
 
 
 @pytest.mark.skipif(

@@ -5,7 +5,10 @@ at a barrier before tearing gloo down (one that left first aborted the other und
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import (
+    ROOT,
     TEXT_MLM,
     WORLD,
     free_port,
@@ -23,6 +27,7 @@ from conftest import (
 )
 
 from mmptm.data.shards import ShardWriter
+from mmptm.train.trainer import leave_process_group
 
 pytestmark = [
     pytest.mark.slow,
@@ -58,6 +63,7 @@ def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
 
     PretrainModel.forward, Trainer.train_step = forward, train_step
     result = {}
+    ok = False
     try:
         for name, (recipe, overrides, nans) in runs.items():
             keys.clear()
@@ -71,10 +77,9 @@ def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
                 error = str(e)
             result[name] = {"keys": list(keys), "epochs": list(epochs), "error": error}
         torch.save(result, Path(out_dir) / f"rank{rank}.pt")
-        dist.barrier()
+        ok = True
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_process_group(wait=ok)
 
 
 def _shards(folder: Path, samples: list, sizes: list[int], bad_first: bool = False) -> str:
@@ -173,3 +178,48 @@ def test_a_stalled_rank_is_named_after_the_timeout(tiny_world, tmp_path):
     assert message.startswith("RankStalled: rank 1 stopped answering at step 3: no reply within "
                               "train.dist_timeout_s=5"), message  # fmt: skip
     assert float(seconds) < 60  # the default would have waited 10 minutes
+
+
+def _threads_around_pretrain(rank: int, port: int, overrides: list, out_dir: str) -> None:
+    rank_env(rank, port)
+    import threading
+
+    from mmptm.models.run import load_run_config
+    from mmptm.train.trainer import pretrain
+
+    def native_threads() -> list[str]:
+        """This process's threads that Python did not start (gloo's among them): "id name"."""
+        python = {t.native_id for t in threading.enumerate()}
+        ids = [t for t in sorted(os.listdir("/proc/self/task")) if int(t) not in python]
+        return [f"{t} {Path(f'/proc/self/task/{t}/comm').read_text().strip()}" for t in ids]
+
+    before = native_threads()
+    pretrain(load_run_config(TEXT_MLM, overrides))
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps([before, native_threads()]))
+
+
+def test_pretrain_joins_the_process_group_threads_before_it_returns(tiny_world, tmp_path):
+    """The trainer's reference cycles held the process group (through the DDP reducer) after
+    ``destroy_process_group``, so gloo's threads lived on until a garbage collection, which
+    could come at interpreter shutdown and abort a rank whose run had finished. (Under FSDP2
+    torch itself keeps the group until the process ends: ranks leave by ``exit_rank``.)"""
+    overrides = [*text_mlm_overrides(tiny_world, tmp_path / "run"), "train.max_steps=2"]
+    out = tmp_path / "out"
+    out.mkdir()
+    spawn_ranks(_threads_around_pretrain, (free_port(), overrides, str(out)), deadline_s=180)
+    for rank in range(2):
+        before, after = json.loads((out / f"rank{rank}.json").read_text())
+        assert set(after) <= set(before), f"rank {rank}: threads left {set(after) - set(before)}"
+
+
+def test_exit_rank_flushes_output_and_skips_interpreter_shutdown(tmp_path):
+    code = (
+        "import atexit, sys\n"
+        "from mmptm.train.trainer import exit_rank\n"
+        "atexit.register(lambda: print('shutdown ran'))\n"
+        "sys.stdout.write('buffered'); sys.stderr.write('err')\n"
+        "exit_rank(3)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr) == (3, "buffered", "err")

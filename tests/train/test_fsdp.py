@@ -28,6 +28,7 @@ from conftest import (
 from mmptm.data.pipeline import Loader
 from mmptm.models import checkpoint
 from mmptm.models.run import load_run_config
+from mmptm.train.trainer import leave_process_group
 
 CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
 needs_gloo = pytest.mark.skipif(
@@ -70,6 +71,7 @@ def _parity_ranks(rank: int, port: int, overrides: list, batches_path: str, out:
 
     batches = torch.load(batches_path, weights_only=False)
     result = {}
+    ok = False
     try:
         for mode in ("fsdp", "ddp"):
             run = f"{out}/{mode}"
@@ -83,9 +85,9 @@ def _parity_ranks(rank: int, port: int, overrides: list, batches_path: str, out:
             model, optimizer = _full_state(trainer)
             result[mode] = {"terms": terms, "model": model, "optimizer": optimizer}
         torch.save(result, Path(out) / f"rank{rank}.pt")
-        dist.barrier()
+        ok = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(wait=ok)
 
 
 def _close(a: dict, b: dict, rtol: float, atol: float, what: str) -> None:
@@ -160,12 +162,13 @@ def _phase(overrides: list, oracle: str) -> None:
 
 def _phases_ranks(rank: int, port: int, phases: list) -> None:
     rank_env(rank, port)
+    ok = False
     try:
         for overrides, oracle in phases:
             _phase(overrides, oracle)
-        dist.barrier()
+        ok = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(wait=ok)
 
 
 def _same_state(a: tuple, b: tuple, what: str) -> None:
