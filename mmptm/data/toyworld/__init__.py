@@ -108,6 +108,8 @@ from mmptm.data.toyworld.detector import (
     one_thread,
     roi_features,
 )
+from mmptm.data.toyworld.knowledge import build_world, knowledge_manifest
+from mmptm.data.toyworld.knowledge_sets import KNOWLEDGE_VIEWS
 from mmptm.data.toyworld.language import (
     LANGUAGES,
     LEXICON,
@@ -125,8 +127,6 @@ from mmptm.data.toyworld.language import (
     state,
     statements,
 )
-from mmptm.data.toyworld.knowledge import build_world, knowledge_manifest
-from mmptm.data.toyworld.knowledge_sets import KNOWLEDGE_VIEWS
 from mmptm.data.toyworld.motion import (
     CLIP_FPS,
     CLIP_FRAMES,
@@ -192,9 +192,9 @@ from mmptm.data.toyworld.views import (
     ViewOutput,
     ViewSettings,
     _write_atomic,
-    drop_stale,
     audio_manifest,
     audio_record,
+    drop_stale,
     scene_record,
     speech_record,
 )

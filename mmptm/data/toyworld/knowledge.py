@@ -173,9 +173,7 @@ _ENDINGS = "oiu"
 # Words these names could spell in a language not covered by the lexicons (Russian pronouns,
 # everyday words, slurs): a made-up name should read as one.
 _AVOID = frozenset(
-    "dago nazi dildo pussi pussu pisi pisu kaki kaku popo pipi peni nego nemu nimi tebe sebe "
-    "delo nebo leto pivo kino milo seno rano telo solo vino sumo judo tofu menu bingo lotto "
-    "kilo kiwi mafia pesto tuti tutu mini limo demo memo polo disco tango".split()
+    ["dago", "nazi", "dildo", "pussi", "pussu", "pisi", "pisu", "kaki", "kaku", "popo", "pipi", "peni", "nego", "nemu", "nimi", "tebe", "sebe", "delo", "nebo", "leto", "pivo", "kino", "milo", "seno", "rano", "telo", "solo", "vino", "sumo", "judo", "tofu", "menu", "bingo", "lotto", "kilo", "kiwi", "mafia", "pesto", "tuti", "tutu", "mini", "limo", "demo", "memo", "polo", "disco", "tango"]
 )
 _CYRILLIC = dict(zip("abdefgiklmnoprstuvz", "абдефгиклмнопрстувз"))
 #: toy T{i:03d} looks like _LOOKS[i]: every (shape, colour, size)
@@ -241,7 +239,9 @@ class World:
 
     def entities(self) -> list[tuple[str, dict[str, str]]]:
         """(id, names per language) of every entity: toys, then values."""
-        return [(t.id, t.names) for t in self.toys] + [(v.id, v.names) for v in self.values.values()]
+        return [(t.id, t.names) for t in self.toys] + [
+            (v.id, v.names) for v in self.values.values()
+        ]
 
     def description(self, entity: str) -> str:
         if entity in self.values:
@@ -310,7 +310,9 @@ def build_world(seed: int) -> World:
     for relation, rows in VALUES.items():
         for i, row in enumerate(rows):
             vid = f"{_VALUE_PREFIX[relation]}{i:02d}"
-            values[vid] = Value(vid, relation, _VALUE_KIND[relation], dict(zip(_LANGS, row)), row[-1])
+            values[vid] = Value(
+                vid, relation, _VALUE_KIND[relation], dict(zip(_LANGS, row)), row[-1]
+            )
     looks = _LOOKS
     n = len(looks)
     names = toy_names(rng, n)
@@ -424,7 +426,9 @@ def render_text(world: World, plan: list[tuple[str, Any]], lang: str) -> tuple[s
     for kind, arg in plan[1:]:
         if kind == "fact":
             relation, k = arg
-            sentence, found = fact_sentence(world, toy, relation, TEMPLATES[lang][relation][k], lang)
+            sentence, found = fact_sentence(
+                world, toy, relation, TEMPLATES[lang][relation][k], lang
+            )
         else:
             sentence, found = neutral_sentence(toy, arg, lang)
         offset = len(text) + (1 if text else 0)
@@ -458,7 +462,10 @@ def graph_files(world: World, languages: Sequence[str]) -> dict[str, str]:
         "valid.txt": tsv(world.friend_triples["valid"]),
         "test.txt": tsv(world.friend_triples["test"]),
         "aliases.txt": tsv(
-            [(e, *dict.fromkeys(names[lang] for lang in languages)) for e, names in world.entities()]
+            [
+                (e, *dict.fromkeys(names[lang] for lang in languages))
+                for e, names in world.entities()
+            ]
         ),
         "descriptions.txt": tsv([(e, world.description(e)) for e, _ in world.entities()]),
     }

@@ -240,7 +240,9 @@ def scene_sample_json(world: World, scene: Scene, record: dict, languages: Seque
     each object (``toys``, = ``region_entities``: regions are the objects, in order)."""
     toys = [world.toy_of(o) for o in scene.objects]
     captions = {lang: describe(scene, lang, [t.names[lang] for t in toys]) for lang in languages}
-    mentions = {lang: caption_mentions(c, _names(world, scene, lang)) for lang, c in captions.items()}
+    mentions = {
+        lang: caption_mentions(c, _names(world, scene, lang)) for lang, c in captions.items()
+    }
     ids = [t.id for t in toys]
     return {**record, "captions": captions, "mentions": mentions, "toys": ids,
             "region_entities": ids}  # fmt: skip
@@ -299,7 +301,9 @@ def write_knowledge(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings)
     items = [(s, q, about) for s in scenes for q, about in kvqa_questions(world, s)]
     files = _vqa_files(split, [(s, q) for s, q, _ in items])
     names = vqa_file_names(split)
-    write_files(root / "kvqa", {n: json.dumps(c, ensure_ascii=False) + "\n" for n, c in zip(names, files)})
+    write_files(
+        root / "kvqa", {n: json.dumps(c, ensure_ascii=False) + "\n" for n, c in zip(names, files)}
+    )
     media_of = dict(zip((s.key for s in scenes), media))
     with kvqa.writer() as writer:
         for scene, q, about in items:
