@@ -172,9 +172,15 @@ _CODAS = ("", "", "", "n", "l", "r", "s")
 _ENDINGS = "oiu"
 # Words these names could spell in a language not covered by the lexicons (Russian pronouns,
 # everyday words, slurs): a made-up name should read as one.
-_AVOID = frozenset(
-    ["dago", "nazi", "dildo", "pussi", "pussu", "pisi", "pisu", "kaki", "kaku", "popo", "pipi", "peni", "nego", "nemu", "nimi", "tebe", "sebe", "delo", "nebo", "leto", "pivo", "kino", "milo", "seno", "rano", "telo", "solo", "vino", "sumo", "judo", "tofu", "menu", "bingo", "lotto", "kilo", "kiwi", "mafia", "pesto", "tuti", "tutu", "mini", "limo", "demo", "memo", "polo", "disco", "tango"]
-)
+# fmt: off
+_AVOID = frozenset((
+    "dago", "nazi", "dildo", "pussi", "pussu", "pisi", "pisu", "kaki", "kaku", "popo", "pipi",
+    "peni", "nego", "nemu", "nimi", "tebe", "sebe", "delo", "nebo", "leto", "pivo", "kino",
+    "milo", "seno", "rano", "telo", "solo", "vino", "sumo", "judo", "tofu", "menu", "bingo",
+    "lotto", "kilo", "kiwi", "mafia", "pesto", "tuti", "tutu", "mini", "limo", "demo", "memo",
+    "polo", "disco", "tango",
+))
+# fmt: on
 _CYRILLIC = dict(zip("abdefgiklmnoprstuvz", "абдефгиклмнопрстувз"))
 #: toy T{i:03d} looks like _LOOKS[i]: every (shape, colour, size)
 _LOOKS = tuple((s, c, z) for s in SHAPES for c in COLORS for z in SIZES)
