@@ -52,6 +52,16 @@ built-in formant synthesiser (no system package), 16 kHz mono FLAC.
   (``speech/{split}-{lang}-%06d.tar``): ``flac`` (the spoken caption), ``txt`` (the written
   one), ``jpg``, ``json`` (``language``, ``caption``, ``words``: [[word, start_s, end_s]])
 
+The knowledge view, opt-in too (see :mod:`~mmptm.data.toyworld.knowledge`): every appearance
+is a named toy with facts (made of, owned by, comes from) in a graph, the facts of half of
+them also stated in a text corpus.
+
+- ``knowledge``: ``knowledge/graph/`` (FB15k-237 layout, aliases, descriptions, toys.json),
+  ``knowledge/text/{split}-{lang}-%06d.tar`` (sentences with ``json.mentions``),
+  ``knowledge/image_text/{split}-%06d.tar`` (the scenes, captions naming the toys,
+  ``regions.npz``, ``json.region_entities``) and the downstream sets (cloze probe, entity
+  typing, relation classification, knowledge VQA; :mod:`~mmptm.data.toyworld.knowledge_sets`)
+
 Every scene draws from ``numpy.random.default_rng([seed, split_code, index])``, so a scene
 depends only on its own coordinates: growing ``n_train`` leaves val/test unchanged, and the
 
@@ -72,6 +82,8 @@ Modules, in pipeline order:
   (:func:`narrate`) and questions (:func:`video_questions`)
 - :mod:`~mmptm.data.toyworld.sound`: scene sounds (:func:`scene_sound`,
   :func:`sound_labels`) and speech (:func:`speak`, :class:`Speech`)
+- :mod:`~mmptm.data.toyworld.knowledge` and :mod:`~mmptm.data.toyworld.knowledge_sets`: the
+  toys (:func:`build_world`), their graph and text, the downstream sets, :data:`KNOWLEDGE_VIEWS`
 - :mod:`~mmptm.data.toyworld.views`: :data:`VIEWS`, :data:`VIDEO_VIEWS` and
   :data:`AUDIO_VIEWS`, the shard writers, :class:`ViewSettings`
 - this package: :func:`generate` and the manifest; every name above is re-exported here
@@ -82,7 +94,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -97,6 +108,8 @@ from mmptm.data.toyworld.detector import (
     one_thread,
     roi_features,
 )
+from mmptm.data.toyworld.knowledge import build_world, knowledge_manifest
+from mmptm.data.toyworld.knowledge_sets import KNOWLEDGE_VIEWS
 from mmptm.data.toyworld.language import (
     LANGUAGES,
     LEXICON,
@@ -181,6 +194,7 @@ from mmptm.data.toyworld.views import (
     _write_atomic,
     audio_manifest,
     audio_record,
+    drop_stale,
     scene_record,
     speech_record,
 )
@@ -208,6 +222,7 @@ __all__ = [
     "EVENT_KINDS",
     "FRAME_FEATURES",
     "GENERATOR_VERSION",
+    "KNOWLEDGE_VIEWS",
     "LANGUAGES",
     "LEXICON",
     "LOCATIONS",
@@ -238,6 +253,7 @@ __all__ = [
     "VqaQuestion",
     "audio_manifest",
     "audio_record",
+    "build_world",
     "captions",
     "clip_captions",
     "clip_record",
@@ -280,7 +296,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 #: every view generate() can write; by default it writes VIEWS
-ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS, **AUDIO_VIEWS}
+ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS, **AUDIO_VIEWS, **KNOWLEDGE_VIEWS}
 # manifest fields that must match for an earlier run's views to be kept beside this run's
 _SAME_DATA = ("generator", "version", "seed", "languages", "image_size", "shard_size", "counts")
 
@@ -386,7 +402,9 @@ def generate(
     views = tuple(VIEWS) if views is None else tuple(views)
     _check_args(counts, languages, image_size, shard_size, views, voice)
     out = Path(out_dir)
-    cfg = ViewSettings(languages=languages, image_size=image_size, views=views, voice=voice)
+    cfg = ViewSettings(
+        languages=languages, image_size=image_size, views=views, voice=voice, seed=seed
+    )
     shards: dict[str, dict[str, list[str]]] = {view: {} for view in views}
     samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
@@ -400,19 +418,14 @@ def generate(
                 view_out = ViewOutput(out / view, split, shard_size)
                 write(scenes, view_out, cfg)
                 written = {Path(p) for paths in view_out.shards.values() for p in paths}
-                # a previous, larger run may have left more shards (or other languages); globbing
-                # readers would mix them in
-                ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
-                for old in (out / view).glob(f"{split}-*.tar"):
-                    if ours.fullmatch(old.name) and old not in written:
-                        old.unlink()
+                drop_stale(out / view, split, written)
 
                 def rel(paths: list[str]) -> list[str]:
                     return [Path(p).relative_to(out).as_posix() for p in paths]
 
                 shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
                 samples[view][split] = sum(view_out.samples.values())
-                if None not in view_out.shards:
+                if set(view_out.shards) <= set(languages):
                     by_language.setdefault(view, {})[split] = {
                         lang: {
                             "shards": rel(view_out.shards[lang]),
@@ -475,6 +488,8 @@ def generate(
             "feature_dim": FRAME_FEATURES,
             "qa_languages": ["en"],
         }
+    if set(manifest["shards"]) & set(KNOWLEDGE_VIEWS):
+        manifest["knowledge"] = knowledge_manifest(seed)
     if set(manifest["shards"]) & set(AUDIO_VIEWS):
         manifest["audio"] = audio_manifest(voice if "speech" in views else None)
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")

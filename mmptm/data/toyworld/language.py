@@ -133,6 +133,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "sizes": {"small": {"m": "petit", "f": "petite"}, "large": {"m": "grand", "f": "grande"}},
         # "de" is a pseudo-case: "à gauche de" + "un" elides to "à gauche d'un"
         "article": {"m.nom": "un", "f.nom": "une", "m.de": "d'un", "f.de": "d'une"},
+        "named": {"de": "de {name}"},  # names start with a consonant: never "d'"
         "np": "{art} {size} {noun} {color}",
         "relations": {"left_of": ("à gauche", "de"), "right_of": ("à droite", "de"),
                       "above": ("au-dessus", "de"), "below": ("en dessous", "de")},
@@ -232,7 +233,11 @@ def lexicon_forms(lang: str, table: str) -> set[str]:
 # Words
 
 
-def _noun_phrase(lex: dict[str, Any], obj: Obj, case: str) -> str:
+def _noun_phrase(lex: dict[str, Any], obj: Obj, case: str, name: str | None = None) -> str:
+    """The object as an indefinite noun phrase in ``case``, or by its ``name`` if it has one
+    (names do not inflect: the knowledge view's toy names are chosen so that they need not)."""
+    if name is not None:
+        return lex.get("named", {}).get(case, "{name}").format(name=name)
     gender, noun = lex["nouns"][obj.shape]
     text = lex["np"].format(
         art=_inflect(lex["article"], gender, case),
@@ -243,20 +248,25 @@ def _noun_phrase(lex: dict[str, Any], obj: Obj, case: str) -> str:
     return " ".join(text.split())  # articleless languages leave a double space
 
 
-def describe(scene: Scene, lang: str) -> str:
-    """The caption of a scene in one language: every object's attributes and relations."""
+def describe(scene: Scene, lang: str, names: Sequence[str | None] | None = None) -> str:
+    """The caption of a scene in one language: every object's attributes and relations.
+
+    ``names``: per object, a proper name to say instead of its noun phrase (None: the noun
+    phrase), as the knowledge view's toys are named ("Bimo is to the left of Kesti").
+    """
     if lang not in LEXICON:
         raise ValueError(f"unknown language {lang!r}; choices: {', '.join(LANGUAGES)}")
     lex = LEXICON[lang]
     objs = scene.objects
-    first = _noun_phrase(lex, objs[0], "nom")
+    names = names or [None] * len(objs)
+    first = _noun_phrase(lex, objs[0], "nom", names[0])
     if len(objs) == 1:
         text = lex["single"].format(a=first, where=lex["locations"][location(objs[0])])
     else:
         clauses = []
         for i, rel, j in relations(scene):
             phrase, case = lex["relations"][rel]
-            b = _noun_phrase(lex, objs[j], case)
+            b = _noun_phrase(lex, objs[j], case, names[j])
             if i == 0:
                 clauses.append(lex["main"].format(a=first, rel=phrase, b=b))
             else:  # "..., which is above B": the pronoun agrees with the previous object

@@ -12,6 +12,7 @@ import io
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -87,6 +88,7 @@ class ViewSettings:
     image_size: int
     views: tuple[str, ...] = ()  # the views being written (empty: unknown, compute everything)
     voice: str = "builtin"  # the speech view's synthesiser (see sound.speak)
+    seed: int = 0  # the data seed, for views that draw beyond the scenes (knowledge)
 
 
 class ViewOutput:
@@ -471,6 +473,16 @@ def audio_manifest(voice: str | None) -> dict[str, Any]:
         "speaker_pitch": dict(SPEAKERS),
     }
     return section if voice is None else {**section, "voice": voice}
+
+
+def drop_stale(folder: Path, split: str, written: set[Path]) -> None:
+    """Delete the shards of ``split`` in ``folder`` that this run did not write: a previous,
+    larger run may have left more shards (or other languages), and globbing readers would mix
+    them in."""
+    ours = re.compile(rf"{split}(-[A-Za-z0-9_-]+)?-[0-9]{{6}}\.tar")
+    for old in folder.glob(f"{split}-*.tar"):
+        if ours.fullmatch(old.name) and old not in written:
+            old.unlink()
 
 
 def _write_atomic(path: Path, text: str) -> None:
