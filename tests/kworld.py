@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from mmptm.data.shards import ShardWriter
+from mmptm.data.triple_shards import write_triple_shards
 
 TOYS = {"T000": "Bimo", "T001": "Kato", "T002": "Luma", "T003": "Pira", "T004": "Zeno"}
 VALUES = {"M_wood": "wood", "M_metal": "metal", "P_anna": "Anna", "P_ben": "Ben"}
@@ -36,7 +37,7 @@ def sentences() -> list[tuple[str, list]]:
 
 
 def write_knowledge_world(root: Path, dim: int = 100, seed: int = 0) -> Path:
-    """``root/knowledge/{graph,text,transe}`` as the contract lays them out; returns root."""
+    """``root/knowledge/{graph,text,transe,triples}`` in the contract's layout; returns root."""
     k = root / "knowledge"
     (k / "graph").mkdir(parents=True, exist_ok=True)
     triples = [(t, r, v) for t, facts in FACTS.items() for r, v in facts.items()]
@@ -59,4 +60,5 @@ def write_knowledge_world(root: Path, dim: int = 100, seed: int = 0) -> Path:
             for i, (text, mentions) in enumerate(sentences() * 2):
                 meta = {"language": "en", "mentions": mentions}
                 w.write({"__key__": f"{split}{i:04d}", "txt": text, "json": json.dumps(meta)})
+    write_triple_shards(k / "graph", k / "graph" / "descriptions.txt", k / "triples")
     return root

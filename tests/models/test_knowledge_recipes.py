@@ -50,7 +50,9 @@ def _train(model, batch, steps: int = 15) -> list[dict]:
         opt.zero_grad()
         out.loss.backward()
         opt.step()
-        history.append({k: float(v) for k, v in out.terms.items()} | {"loss": float(out.loss.detach())})
+        history.append(
+            {k: float(v) for k, v in out.terms.items()} | {"loss": float(out.loss.detach())}
+        )
     return history
 
 
@@ -81,3 +83,63 @@ def test_ernie_without_the_graph(kworld, tmp_path):
     model.eval()
     none = dict(batch, entity_ids=torch.full_like(batch["entity_ids"], -1))
     torch.testing.assert_close(model.fuse(batch).hidden["text"], model.fuse(none).hidden["text"])
+
+
+def _sources(recipe: str, world: Path, out: Path, *extra: str):
+    """The model and one batch of each data source of a mixture recipe."""
+    over = tiny_overrides(world, out, recipe)
+    over.append(f"model.objectives.ke.relations={world}/knowledge/triples/relations.txt")
+    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over + list(extra))
+    torch.manual_seed(0)
+    model, tok = build_model(cfg)
+    vocab = VocabInfo.from_tokenizer(tok)
+    stream = stream_config(
+        cfg.data, tok, needs=model.data_needs(), transforms=data_transforms(cfg.model, vocab)
+    )
+    batches = {}
+    for _, b in zip(range(30), Loader(stream, 0)):
+        batches.setdefault(b["__source__"], b)
+    return model, tok, cfg, batches
+
+
+def test_kepler_tiny_trains_both_objectives(kworld, tmp_path):
+    model, _tok, _cfg, batches = _sources("kepler_tiny", kworld, tmp_path)
+    assert set(batches) == {"text", "triples"}
+    assert batches["triples"]["input_ids"].shape[0] == 16  # 8 heads, then their 8 tails
+    terms = {s: model(b).terms for s, b in batches.items()}
+    assert set(terms["text"]) == {"mlm_loss", "mlm_acc"}  # routes: MLM on text only
+    assert "ke_loss" in terms["triples"] and "mlm_loss" not in terms["triples"]
+    for b in batches.values():
+        model(b).loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, f"no gradient reaches {missing}"
+    h = _train(model, batches["triples"], steps=15)
+    assert h[-1]["ke_loss"] < 0.7 * h[0]["ke_loss"]
+
+
+def test_kepler_without_the_graph_is_mlm_alone(kworld, tmp_path):
+    _, _, _, batches = _sources("kepler_tiny", kworld, tmp_path, "data.sources.triples.weight=0")
+    assert set(batches) == {"text"}
+
+
+def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
+    from mmptm.data.graph import load_graph, read_descriptions
+    from mmptm.eval.kepler import encode_texts, kepler_link_prediction
+
+    model, tok, cfg, _ = _sources("kepler_tiny", kworld, tmp_path)
+    graph = kworld / "knowledge" / "graph"
+    got = kepler_link_prediction(model, tok, cfg, graph, split="train")
+    kg = load_graph(graph)
+    text = read_descriptions(graph / "descriptions.txt")
+    model.eval()
+    E = encode_texts(model, tok, cfg, [text[n] for n in kg.entities.names]).double()
+    R = model.objectives["ke"].relations.weight.detach().double()  # graph order = file order
+    known = {tuple(t) for t in kg.splits["train"].tolist()}
+    rr = []
+    for h, r, t in kg.splits["train"].tolist():
+        s = -(E[h] + R[r] - E).abs().sum(1)  # tail side
+        better = [e for e in range(len(E)) if e != t and (h, r, e) not in known and s[e] > s[t]]
+        ties = [e for e in range(len(E)) if e != t and (h, r, e) not in known and s[e] == s[t]]
+        rr.append(1 / (1 + len(better) + len(ties) / 2))
+    assert got["tail"]["mrr"] == pytest.approx(sum(rr) / len(rr), rel=1e-4)
+    assert got["entities"] == len(kg.entities) and got["no_description"] == 0

@@ -132,6 +132,8 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         # ERNIE (THU): BERT-base's 86M over 6 + 6 layers, each K-Encoder layer with an entity
         # stream (attention 100 wide, W_e, the entity split) and a 5040 x 100 entity table
         "ernie_base": (88e6, 93e6),
+        # KEPLER: RoBERTa-base's 85M Transformer (+ its MLM head and 822 relations x 768)
+        "kepler_base": (85e6, 88e6),
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024}
