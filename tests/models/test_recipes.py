@@ -32,9 +32,12 @@ def test_recipes_are_found():
 
 def _not_in_world(cfg) -> str:
     """Why tiny_world cannot feed this recipe (e.g. no video shards or codebook yet), or ''."""
-    if cfg.data.train:  # (sources' specs hold {lang}: those recipes have their data)
+    specs = [cfg.data.train] if cfg.data.train else []
+    # (sources' specs with {lang} are the multilingual recipes': tiny_world has their data)
+    specs += [s.shards for s in cfg.data.sources.values() if "{lang}" not in s.shards]
+    for spec in specs:
         try:
-            expand_shards(cfg.data.train)
+            expand_shards(spec)
         except FileNotFoundError as e:
             return str(e)
     for part in (*cfg.model.encoders.values(), *cfg.model.objectives.values()):
