@@ -11,6 +11,7 @@ import numpy as np
 
 from mmptm.data.shards import ShardWriter
 from mmptm.data.triple_shards import write_triple_shards
+from mmptm.modalities.regions import regions_npz_bytes
 
 TOYS = {"T000": "Bimo", "T001": "Kato", "T002": "Luma", "T003": "Pira", "T004": "Zeno"}
 VALUES = {"M_wood": "wood", "M_metal": "metal", "P_anna": "Anna", "P_ben": "Ben"}
@@ -61,4 +62,18 @@ def write_knowledge_world(root: Path, dim: int = 100, seed: int = 0) -> Path:
                 meta = {"language": "en", "mentions": mentions}
                 w.write({"__key__": f"{split}{i:04d}", "txt": text, "json": json.dumps(meta)})
     write_triple_shards(k / "graph", k / "graph" / "descriptions.txt", k / "triples")
+    (k / "image_text").mkdir(exist_ok=True)
+    toys = list(TOYS)
+    with ShardWriter(str(k / "image_text" / "train-%06d.tar"), 100) as w:
+        for i in range(16):  # two toys per scene, a third region without an entity
+            a, b = toys[i % 5], toys[(i + 2) % 5]
+            text = f"{TOYS[a]} and {TOYS[b]} ."
+            start = len(TOYS[a]) + 5
+            mentions = [[0, len(TOYS[a]), a], [start, start + len(TOYS[b]), b]]
+            regions = {"features": rng.normal(size=(3, 64)), "boxes": [[0, 0, 0.5, 0.5]] * 3,
+                       "image_size": [32, 32]}  # fmt: skip
+            meta = {"captions": {"en": text}, "mentions": {"en": mentions},
+                    "region_entities": [a, None, b]}  # fmt: skip
+            w.write({"__key__": f"s{i:04d}", "json": json.dumps(meta),
+                     "regions.npz": regions_npz_bytes(regions)})  # fmt: skip
     return root

@@ -143,3 +143,21 @@ def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
         rr.append(1 / (1 + len(better) + len(ties) / 2))
     assert got["tail"]["mrr"] == pytest.approx(sum(rr) / len(rr), rel=1e-4)
     assert got["entities"] == len(kg.entities) and got["no_description"] == 0
+
+
+def test_ernie_vl_tiny_entities_on_text_and_regions(kworld, tmp_path):
+    model, batch = _setup("ernie_vl_tiny", kworld, tmp_path)
+    assert batch["region_entity_ids"].shape == batch["region_mask"].shape
+    assert (batch["region_entity_labels"][:, 1] == -1).all()  # the region without an entity
+    assert (batch["region_entity_labels"][:, 0] >= 0).all()
+    out = model(batch)
+    assert {"itm_loss", "mlm_loss", "dea_loss"} <= set(out.terms)
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters()
+               if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]  # fmt: skip
+    assert not missing, f"no gradient reaches {missing}"
+    model.zero_grad()
+    h = _train(model, batch)
+    assert h[-1]["loss"] < 0.7 * h[0]["loss"]
+    off, batch = _setup("ernie_vl_tiny", kworld, tmp_path / "off", "model.fusion.knowledge=false")
+    assert "dea_loss" not in off(batch).terms
