@@ -161,3 +161,54 @@ def test_ernie_vl_tiny_entities_on_text_and_regions(kworld, tmp_path):
     assert h[-1]["loss"] < 0.7 * h[0]["loss"]
     off, batch = _setup("ernie_vl_tiny", kworld, tmp_path / "off", "model.fusion.knowledge=false")
     assert "dea_loss" not in off(batch).terms
+
+
+def _kbert(world: Path, out: Path, *extra: str):
+    k = world / "knowledge"
+    over = [f"model.fusion.graph={k}/graph", f"model.fusion.entities={k}/transe/entities.txt",
+            f"model.fusion.aliases={{'*': {k}/graph/aliases.txt}}", *extra]  # fmt: skip
+    cfg = load_run_config(
+        str(ROOT / "configs" / "pretrain" / "kbert_tiny.yaml"),
+        tiny_overrides(world, out, "kbert_tiny") + over,
+    )
+    torch.manual_seed(0)
+    model, tok = build_model(cfg)
+    vocab = VocabInfo.from_tokenizer(tok)
+    stream = stream_config(
+        cfg.data, tok, needs=model.data_needs(), transforms=data_transforms(cfg.model, vocab)
+    )
+    return model, next(iter(Loader(stream, 0)))
+
+
+def test_kbert_tiny_injects_and_learns(kworld, tmp_path):
+    model, batch = _kbert(kworld, tmp_path)
+    assert batch["injected_mask"].any() and batch["visible_mask"].dim() == 3
+    assert not ((batch["mlm_labels"] != -100) & batch["injected_mask"]).any()
+    out = model(batch)
+    out.loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, f"no gradient reaches {missing}"
+    h = _train(model, batch)
+    assert h[-1]["loss"] < 0.7 * h[0]["loss"]
+    plain, plain_batch = _kbert(kworld, tmp_path / "off", "model.fusion.knowledge=false")
+    assert not plain_batch["injected_mask"].any()  # nothing injected, same model
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for p in model.parameters())
+
+
+def test_kbert_one_layer_leaves_tokens_outside_mentions_as_without_branches(kworld, tmp_path):
+    """With one layer, a sentence token outside every mention sees neither the branches nor
+    (through the entity) what they hold: its output equals the plain sentence's."""
+    model, batch = _kbert(kworld, tmp_path, "model.fusion.transformer.layers=1")
+    model.eval()
+    b = 0
+    keep = batch["attention_mask"][b] & ~batch["injected_mask"][b]
+    plain = {k: batch[k][b : b + 1, keep] for k in ("input_ids", "attention_mask", "position_ids",
+                                                    "segment_ids", "lang_ids")}  # fmt: skip
+    with torch.no_grad():
+        tree = model.fuse({k: v[b : b + 1] for k, v in batch.items() if torch.is_tensor(v)})
+        alone = model.fuse(plain)
+    outside = ~batch["entity_mask"][b, keep]
+    got = tree.hidden["text"][0, keep][outside]
+    torch.testing.assert_close(got, alone.hidden["text"][0][outside], atol=1e-5, rtol=1e-5)
+    inside = batch["entity_mask"][b, keep]
+    assert not torch.allclose(tree.hidden["text"][0, keep][inside], alone.hidden["text"][0][inside])
