@@ -212,3 +212,28 @@ def test_kbert_one_layer_leaves_tokens_outside_mentions_as_without_branches(kwor
     torch.testing.assert_close(got, alone.hidden["text"][0][outside], atol=1e-5, rtol=1e-5)
     inside = batch["entity_mask"][b, keep]
     assert not torch.allclose(tree.hidden["text"][0, keep][inside], alone.hidden["text"][0][inside])
+
+
+def test_kepler_through_the_command_line(kworld, tmp_path, capsys):
+    """`mmptm data triples`, `mmptm pretrain kepler_tiny`, `mmptm eval link-prediction`."""
+    from conftest import cli_error
+
+    from mmptm.cli import main
+
+    k = kworld / "knowledge"
+    assert main(["data", "triples", str(k / "graph"), "--out", str(tmp_path / "triples")]) == 0
+    assert '"triples": 10' in capsys.readouterr().out
+    assert (tmp_path / "triples" / "relations.txt").read_text() == "made_of\nowned_by\n"
+    run = tmp_path / "run"
+    over = tiny_overrides(kworld, run, "kepler_tiny")
+    over = [o for o in over if not o.startswith("data.sources.triples.shards")]
+    over += [f"data.sources.triples.shards={tmp_path}/triples/train-*.tar",
+             f"model.objectives.ke.relations={tmp_path}/triples/relations.txt"]  # fmt: skip
+    assert main(["pretrain", str(ROOT / "configs" / "pretrain" / "kepler_tiny.yaml"), *over]) == 0
+    capsys.readouterr()
+    argv = ["eval", "link-prediction", str(run), "--graph", str(k / "graph"), "--split", "train"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "train both: MRR" in out and '"no_description": 0' in out
+    err = cli_error(capsys, ["data", "triples", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    assert "nowhere" in err
