@@ -28,9 +28,8 @@ def kworld(tmp_path_factory) -> Path:
 
 
 def _setup(recipe: str, world: Path, out: Path, *extra: str):
-    over = tiny_overrides(world, out, recipe)
-    over.append(f"model.fusion.entities.embeddings={world}/knowledge/transe")
-    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over + list(extra))
+    over = tiny_overrides(world, out, recipe) + list(extra)  # (it points every path at world)
+    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
@@ -87,9 +86,8 @@ def test_ernie_without_the_graph(kworld, tmp_path):
 
 def _sources(recipe: str, world: Path, out: Path, *extra: str):
     """The model and one batch of each data source of a mixture recipe."""
-    over = tiny_overrides(world, out, recipe)
-    over.append(f"model.objectives.ke.relations={world}/knowledge/triples/relations.txt")
-    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over + list(extra))
+    over = tiny_overrides(world, out, recipe) + list(extra)
+    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
@@ -164,13 +162,8 @@ def test_ernie_vl_tiny_entities_on_text_and_regions(kworld, tmp_path):
 
 
 def _kbert(world: Path, out: Path, *extra: str):
-    k = world / "knowledge"
-    over = [f"model.fusion.graph={k}/graph", f"model.fusion.entities={k}/transe/entities.txt",
-            f"model.fusion.aliases={{'*': {k}/graph/aliases.txt}}", *extra]  # fmt: skip
-    cfg = load_run_config(
-        str(ROOT / "configs" / "pretrain" / "kbert_tiny.yaml"),
-        tiny_overrides(world, out, "kbert_tiny") + over,
-    )
+    over = tiny_overrides(world, out, "kbert_tiny") + list(extra)
+    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / "kbert_tiny.yaml"), over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
