@@ -151,6 +151,31 @@ def _data_link(args: argparse.Namespace) -> int:
     return 0
 
 
+def _data_triples(args: argparse.Namespace) -> int:
+    from mmptm.data.triple_shards import write_triple_shards
+
+    descriptions = args.descriptions or str(Path(args.graph) / "descriptions.txt")
+    counts = write_triple_shards(args.graph, descriptions, args.out, split=args.split,
+                                 language=args.language, shard_size=args.shard_size)  # fmt: skip
+    print(json.dumps(counts))
+    return 0
+
+
+def _eval_link_prediction(args: argparse.Namespace) -> int:
+    from mmptm.eval.kepler import kepler_link_prediction_run
+
+    result = kepler_link_prediction_run(args.run, args.graph, descriptions=args.descriptions,
+                                        split=args.split, max_triples=args.max_triples)  # fmt: skip
+    for side in ("tail", "head", "both"):
+        m = result[side]
+        print(
+            f"{args.split} {side:>4}: MRR {m['mrr']:.4f}  Hits@1 {m['hits@1']:.4f}  "
+            f"Hits@3 {m['hits@3']:.4f}  Hits@10 {m['hits@10']:.4f}  ({m['count']} queries)"
+        )
+    print(json.dumps(result))
+    return 0
+
+
 def _kg_train_embeddings(args: argparse.Namespace) -> int:
     from mmptm.train.kge import KGETrainConfig, train_embeddings
 
@@ -654,6 +679,16 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("--no-progress", action="store_true")
     li.set_defaults(fn=_data_link)
 
+    tr = data_sub.add_parser("triples", help="graph triples + descriptions → KEPLER shards")
+    tr.add_argument("graph", help="a graph folder (train/valid/test.txt) or triples file")
+    tr.add_argument("--descriptions", default=None,
+                    help="id<TAB>text file (default: GRAPH/descriptions.txt)")  # fmt: skip
+    tr.add_argument("--out", required=True, help="folder: SPLIT-%%06d.tar and relations.txt")
+    tr.add_argument("--split", default="train")
+    tr.add_argument("--language", default="en", help="the descriptions' language")
+    tr.add_argument("--shard-size", type=int, default=10_000)
+    tr.set_defaults(fn=_data_triples)
+
     kg = sub.add_parser("kg", help="knowledge graphs: entity and relation embeddings")
     kg_sub = kg.add_subparsers(dest="action", required=True)
     kt = kg_sub.add_parser(
@@ -812,6 +847,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--out", default=None, help="also write the result as JSON here")
     pr.set_defaults(fn=_eval_probe)
+    lp = ev_sub.add_parser(
+        "link-prediction", help="KEPLER: entities encoded from their descriptions, TransE ranks"
+    )
+    lp.add_argument("run", help="run directory or checkpoint file")
+    lp.add_argument("--graph", required=True, help="graph folder (its SPLIT.txt is ranked)")
+    lp.add_argument("--descriptions", default=None, help="default: GRAPH/descriptions.txt")
+    lp.add_argument("--split", default="test")
+    lp.add_argument("--max-triples", type=int, default=0, help="the first N only (0: all)")
+    lp.set_defaults(fn=_eval_link_prediction)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
     ex.add_argument("run", help="run directory or checkpoint file")
     ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")

@@ -71,6 +71,17 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     for name, obj in (model.get("objectives") or {}).items():
         if isinstance(obj, dict) and obj.get("codebook"):  # HuBERT's MFCC units
             over.append(f"model.objectives.{name}.codebook={here(obj['codebook'])}")
+    fusion = model.get("fusion") or {}
+    for key in ("graph", "entities", "relation_names"):  # K-BERT's graph settings
+        if isinstance(fusion.get(key), str) and fusion[key]:
+            over.append(f"model.fusion.{key}={here(fusion[key])}")
+    if isinstance(fusion.get("entities"), dict) and fusion["entities"].get("embeddings"):
+        over.append(f"model.fusion.entities.embeddings={here(fusion['entities']['embeddings'])}")
+    for lang, path in (fusion.get("aliases") or {}).items():
+        over.append(f"model.fusion.aliases.{lang}={here(path)}")
+    for name, obj in (model.get("objectives") or {}).items():
+        if isinstance(obj, dict) and obj.get("relations"):  # KEPLER's relation vocabulary
+            over.append(f"model.objectives.{name}.relations={here(obj['relations'])}")
     if model.get("fusion", {}).get("type") == "two_stream":
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:

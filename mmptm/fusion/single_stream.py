@@ -66,7 +66,7 @@ class SingleStreamFusion(Fusion):
             m: ModalityTokens(self.towers[m](t.tokens, t.mask), t.mask) if m in self.towers else t
             for m, t in tokens.items()
         }
-        out = self._joint(states)
+        out = self._joint(states, self.visibility(states, batch))
         if self.towers:
             how = self.cfg.modality_pooling
             out.unimodal = {m: pool(t.tokens, t.mask, how) for m, t in states.items()}
@@ -75,12 +75,21 @@ class SingleStreamFusion(Fusion):
             )
         return out
 
-    def _joint(self, tokens: dict[str, ModalityTokens]) -> FusionOutput:
+    def visibility(
+        self, tokens: dict[str, ModalityTokens], batch: Batch | None
+    ) -> torch.Tensor | None:
+        """A [B,N,N] visibility matrix over the concatenated tokens (True = may attend), or
+        None for the key-padding mask alone (the default; K-BERT's fusion gives one)."""
+        return None
+
+    def _joint(
+        self, tokens: dict[str, ModalityTokens], visible_BNN: torch.Tensor | None = None
+    ) -> FusionOutput:
         names = list(tokens)
         sizes = [tokens[m].tokens.shape[1] for m in names]
         x_BND = torch.cat([tokens[m].tokens for m in names], dim=1)
         mask_BN = torch.cat([tokens[m].mask for m in names], dim=1)
-        x_BND = self.stack(x_BND, mask_BN)
+        x_BND = self.stack(x_BND, mask_BN if visible_BNN is None else visible_BNN)
         hidden = dict(zip(names, torch.split(x_BND, sizes, dim=1)))
         mask = {m: tokens[m].mask for m in names}
         pooled = {m: pool(hidden[m], mask[m], self.cfg.modality_pooling) for m in names}

@@ -1,7 +1,9 @@
 """The one attention module of mmptm: self- and cross-attention over SDPA.
 
 Legend: B batch, Q query length, K key length, D width, H heads, E head width (D / H).
-Masks are booleans with True = real token (the project-wide convention).
+Masks are booleans with True = real token (the project-wide convention): a key-padding
+mask [B,K], or a per-sample visibility matrix [B,Q,K] (True = query q may see key k; K-BERT's
+visible matrix, ERNIE's entity attention) that SDPA broadcasts over the heads.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from torch import nn
 
 
 def key_padding_mask(mask_BK: torch.Tensor | None) -> torch.Tensor | None:
-    """Turn a [B,K] keep-mask into the [B,1,1,K] boolean mask SDPA broadcasts over heads/queries."""
+    """Turn a [B,K] keep-mask into the [B,1,1,K] boolean mask SDPA broadcasts over heads/queries,
+    or a [B,Q,K] visibility matrix into [B,1,Q,K]."""
     if mask_BK is None:
         return None
+    if mask_BK.dim() == 3:
+        return mask_BK[:, None].bool()
     return mask_BK[:, None, None, :].bool()
 
 
@@ -29,7 +34,8 @@ class Attention(nn.Module):
     Self-attention when ``x_BKD`` is None, cross-attention otherwise. ``kv_width`` lets the
     keys/values come from a stream of another width (ViLBERT co-attention). ``causal``
     self-attention lets each token see only itself and earlier tokens (CLIP's text tower),
-    on top of the key-padding mask.
+    on top of the key-padding mask. ``mask_BK`` is a key-padding mask [B,K] or a visibility
+    matrix [B,Q,K]; every query must see at least one key (SDPA gives NaN otherwise).
     """
 
     def __init__(

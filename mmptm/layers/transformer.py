@@ -112,7 +112,9 @@ class TransformerBlock(nn.Module):
         ctx_BMC: torch.Tensor | None = None,
         ctx_mask_BM: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``ctx_BMC`` (with ``ctx_mask_BM``) is what the cross sublayer reads as keys/values."""
+        """``mask_BN`` is a key-padding mask [B,N] or a visibility matrix [B,N,N] (see
+        ``Attention``); ``ctx_BMC`` (with ``ctx_mask_BM``) is what the cross sublayer reads as
+        keys/values."""
         if self.cross is not None and ctx_BMC is None:
             raise ValueError("this block has cross-attention: pass ctx_BMC")
         for sublayer in self.sublayers:

@@ -119,6 +119,19 @@ def find_member(sample: Sample, extensions: Iterable[str]) -> str | None:
     return next((ext for ext in extensions if ext in sample), None)
 
 
+def read_id_list(path: str) -> dict[str, int]:
+    """An id list (one id per line, row i = line i) as id → row."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [line.rstrip("\r\n") for line in f]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file (an id list)") from None
+    rows = {n: i for i, n in enumerate(names)}
+    if len(rows) != len(names) or "" in rows:
+        raise ValueError(f"{path}: an id list needs one distinct, non-empty id per line")
+    return rows
+
+
 def merge_needs(declared: Iterable[tuple[str, Mapping[str, Need]]]) -> dict[str, Need]:
     """One ``Need`` per view from ``(declarer, needs)`` pairs, in order of appearance.
 
@@ -217,5 +230,6 @@ __all__ = [
     "build_modalities",
     "find_member",
     "merge_needs",
+    "read_id_list",
     "view_prefix",
 ]

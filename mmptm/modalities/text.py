@@ -49,7 +49,7 @@ from typing import Any, ClassVar
 import torch
 
 from mmptm.batch import KEY, PAIRS, Batch, batch_source
-from mmptm.modalities.base import DataContext, Modality, Sample, view_prefix
+from mmptm.modalities.base import DataContext, Modality, Sample, read_id_list, view_prefix
 from mmptm.modalities.regions import MEMBER as REGIONS_MEMBER
 from mmptm.modalities.regions import load_regions
 from mmptm.modalities.sentences import Segment, segments
@@ -115,7 +115,7 @@ class TextData(Modality):
                     f"data.modalities.text.span_vocabularies: {name!r} is not a span name "
                     f"({sorted(cfg.spans)})"
                 )
-            self.vocabularies[name] = _read_id_list(path)
+            self.vocabularies[name] = read_id_list(path)
         #: per span name: string ids the vocabulary lacks, dropped (in this process)
         self.unknown_ids: Counter[str] = Counter()
         #: per-token keys and their padding value; "position_ids" appears once pairs are joined
@@ -270,19 +270,6 @@ class TextData(Modality):
         stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
         first, second = self.prefixes
         return [PackPairs(self.fills, first, second, self.cfg.restart_positions, stack)]
-
-
-def _read_id_list(path: str) -> dict[str, int]:
-    """An id list (one id per line, row i = line i) as id → row."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            names = [line.rstrip("\r\n") for line in f]
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file (an id list)") from None
-    rows = {n: i for i, n in enumerate(names)}
-    if len(rows) != len(names) or "" in rows:
-        raise ValueError(f"{path}: an id list needs one distinct, non-empty id per line")
-    return rows
 
 
 def _is_int(v: Any) -> bool:

@@ -124,12 +124,21 @@ class PretrainModel(nn.Module):
                 c, width=widths[name], vocab=vocab, name=name, built=dict(self.encoders)
             )
         self.fusion = FUSIONS.build(
-            cfg.fusion, width=cfg.width, modalities=list(cfg.encoders), widths=widths
+            cfg.fusion,
+            width=cfg.width,
+            modalities=list(cfg.encoders),
+            widths=widths,
+            encoders=self.encoders,
         )
         self.objectives = nn.ModuleDict(
             {
                 name: OBJECTIVES.build(
-                    c, width=cfg.width, widths=widths, encoders=self.encoders, vocab=vocab
+                    c,
+                    width=cfg.width,
+                    widths=widths,
+                    encoders=self.encoders,
+                    fusion=self.fusion,
+                    vocab=vocab,
                 )
                 for name, c in cfg.objectives.items()
             }

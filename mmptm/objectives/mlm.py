@@ -90,6 +90,9 @@ class MaskTokens:
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         ids = batch[f"{self.prefix}input_ids"]
         real = batch.get(f"{self.prefix}attention_mask", torch.ones_like(ids, dtype=torch.bool))
+        injected = batch.get(f"{self.prefix}injected_mask")
+        if injected is not None:  # K-BERT's injected triples are never masked
+            real = real & ~injected
         inputs, labels = mask_tokens(
             ids,
             real,

@@ -1,0 +1,123 @@
+"""KEPLER's knowledge-embedding objective (Wang et al. 2021): entities are their descriptions.
+
+A triple batch (``mmptm.data.triple_shards``, a source with ``pairs: stack``) holds the
+head descriptions in text rows 0..B-1 and the tail descriptions in rows B..2B-1, each
+encoded alone, and ``relation_ids [B]`` (the relation plug-in, which this objective
+declares with its relation vocabulary). An entity's embedding is the final state of its
+description's first token ([CLS], KEPLER's <s>); relations are a learned table of the
+model's width. TransE scores them, d(h, t) = ‖h + r − t‖_p, and the loss is
+
+    −log σ(γ − d(h, t)) − (1/N) Σ_i log σ(d(h'_i, t'_i) − γ),      γ = 4,
+
+``mmptm.layers.kge.nssa_loss`` at α = 0 (the loss of ``mmptm kg train-embeddings``).
+Negatives (data side, seeded): N per triple, each replacing the head (probability ½) or
+the tail by the head or tail of another triple of the batch (in-batch negative sampling,
+so no extra description is encoded). Jointly with MLM on a text source: ``model.routes``
+sends the triple source to this objective and the text source to MLM.
+
+Legend: B triples, N negatives, D width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from mmptm.batch import PAIRS, Batch
+from mmptm.encoders.base import VocabInfo
+from mmptm.fusion.base import FusionOutput
+from mmptm.layers.kge import nssa_loss, transe_score
+from mmptm.modalities.base import Need, read_id_list
+from mmptm.objectives.base import Objective
+from mmptm.registry import OBJECTIVES
+
+
+@dataclass
+class SampleCorruptions:
+    """For each of B stacked triples, N corruptions: another triple's row whose head
+    (``ke_corrupt_head``) or tail replaces this one's (``ke_negatives [B,N]``)."""
+
+    data_priority: ClassVar[int] = 20  # after the pairs are stacked (15)
+
+    negatives: int
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        rel = batch.get("relation_ids")
+        if rel is None or batch.get(PAIRS) != "stacked" or len(rel) < 2:
+            return batch
+        B, N = len(rel), self.negatives
+        shift_BN = torch.randint(1, B, (B, N), generator=g)  # never 0: not the triple itself
+        batch["ke_negatives"] = (torch.arange(B)[:, None] + shift_BN) % B
+        batch["ke_corrupt_head"] = torch.rand(B, N, generator=g) < 0.5
+        return batch
+
+
+@OBJECTIVES.register("knowledge_embedding")
+class KnowledgeEmbedding(Objective):
+    """TransE over description encodings with KEPLER's loss (module docstring)."""
+
+    @dataclass
+    class Config:
+        type: str = "knowledge_embedding"
+        weight: float = 1.0
+        #: the relation vocabulary (``relations.txt`` beside the triple shards)
+        relations: str = ""
+        #: relations when there is no vocabulary (integer relation ids)
+        num_relations: int = 0
+        #: γ
+        margin: float = 4.0
+        #: corruptions per triple, drawn from the batch
+        negatives: int = 8
+        #: the norm of d (1: TransE's L1, as ``mmptm kg train-embeddings``)
+        p_norm: int = 1
+        #: the text view whose stacked rows are the descriptions
+        modality: str = "text"
+
+    @classmethod
+    def data_transform(cls, cfg: Config, vocab: VocabInfo) -> SampleCorruptions:
+        if cfg.negatives < 1:
+            raise ValueError(f"knowledge_embedding.negatives must be >= 1, got {cfg.negatives}")
+        return SampleCorruptions(cfg.negatives)
+
+    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
+        super().__init__()
+        self.cfg = cfg
+        n = len(read_id_list(cfg.relations)) if cfg.relations else cfg.num_relations
+        if n < 1:
+            raise ValueError(
+                "knowledge_embedding needs relations (an id list, e.g. the relations.txt "
+                "`mmptm data triples` writes) or num_relations >= 1"
+            )
+        self.relations = nn.Embedding(n, width)
+        nn.init.normal_(self.relations.weight, std=0.02)
+
+    def data_needs(self) -> dict[str, Need]:
+        facts = {"vocabulary": self.cfg.relations} if self.cfg.relations else {}
+        return {"relation": Need("relation", facts)}
+
+    def entity_vectors(self, out: FusionOutput) -> torch.Tensor:
+        """One vector per text row: the final state of its first token [rows,D]."""
+        return out.hidden[self.cfg.modality][:, 0]
+
+    def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
+        if "ke_negatives" not in batch:  # not a triple batch
+            return {}
+        rel_B = batch["relation_ids"]
+        neg_BN, head_BN = batch["ke_negatives"], batch["ke_corrupt_head"]
+        e_2BD = self.entity_vectors(out).float()
+        B = len(rel_B)
+        h_BD, t_BD = e_2BD[:B], e_2BD[B:]
+        r_BD = self.relations(rel_B).float()
+        p = self.cfg.p_norm
+        pos_B = transe_score(h_BD, r_BD, t_BD, p)  # −d(h, t)
+        corrupt_BN1 = head_BN.unsqueeze(-1)
+        h_BND = torch.where(corrupt_BN1, h_BD[neg_BN], h_BD[:, None])
+        t_BND = torch.where(corrupt_BN1, t_BD[:, None], t_BD[neg_BN])
+        neg_BN_scores = transe_score(h_BND, r_BD[:, None], t_BND, p)
+        loss = nssa_loss(pos_B, neg_BN_scores, self.cfg.margin, temperature=0.0)
+        # the share of negatives the true triple outscores (a training link-prediction signal)
+        acc = (pos_B[:, None] > neg_BN_scores).float().mean()
+        return {"loss": loss, "acc": acc.detach(), "distance": -pos_B.mean().detach()}
