@@ -19,7 +19,9 @@ def tiny_world(tmp_path_factory) -> Path:
     view, video and scene sounds too, but not ``speech``: 800 spoken captions would take
     100 MB and several seconds), a tokenizer, a 16-unit codebook of the video features and
     an 8-unit MFCC codebook of the scene sounds."""
+    from mmptm.data.triple_shards import write_triple_shards
     from mmptm.data.units import fit_codebook
+    from mmptm.train.kge import KGETrainConfig, train_embeddings
     from mmptm.objectives.audio_units import fit_audio_codebook
 
     out = tmp_path_factory.mktemp("toyworld")
@@ -34,6 +36,11 @@ def tiny_world(tmp_path_factory) -> Path:
     fit_codebook(f"{out}/video_features/train-*.tar", codebook, k=16, seed=0)
     # HuBERT's iteration-1 units (hubert_tiny reads audio/mfcc_codebook.npy)
     fit_audio_codebook(f"{out}/audio/train-*.tar", out / "audio" / "mfcc_codebook.npy", k=8)
+    # the knowledge recipes' entity vectors (ERNIE, K-BERT) and triple shards (KEPLER)
+    graph = out / "knowledge" / "graph"
+    train_embeddings(graph, out / "knowledge" / "transe", KGETrainConfig(epochs=2, dim=100),
+                     progress=False)  # fmt: skip
+    write_triple_shards(graph, graph / "descriptions.txt", out / "knowledge" / "triples")
     return out
 
 
