@@ -288,9 +288,30 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_cloze(args: argparse.Namespace) -> int:
+    from mmptm.eval.cloze import evaluate_cloze, format_cloze
+    from mmptm.models.load import load_pretrained
+
+    loaded = load_pretrained(args.run, args.overrides)
+    groups = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    results = {}
+    for file in args.cloze:
+        r = evaluate_cloze(args.run, file, language=args.language, candidates=args.candidates,
+                           group_by=groups, model=loaded, batch_size=args.batch_size,
+                           device=args.device)  # fmt: skip
+        print(f"{file} ({r['language']})\n{format_cloze(r)}")
+        results[file] = r
+    result = results[args.cloze[0]] if len(results) == 1 else results
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def _eval_probe(args: argparse.Namespace) -> int:
     from mmptm.eval.probe import evaluate_probe, format_probe, probe_folds
 
+    if args.cloze:
+        return _eval_cloze(args)
     if bool(args.folds) == bool(args.train or args.test):
         raise SystemExit("mmptm eval probe: give --train and --test, or --folds (not both)")
     overrides = list(args.overrides)
@@ -810,6 +831,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--random-init", action="store_true", help="probe the untrained architecture instead"
     )
     pr.add_argument("--out", default=None, help="also write the result as JSON here")
+    pr.add_argument(
+        "--cloze", nargs="+", default=None,
+        help="LAMA T-REx jsonl files: cloze P@1/P@10/MRR instead of a linear probe",
+    )  # fmt: skip
+    pr.add_argument(
+        "--candidates", default=None,
+        help="cloze: candidate objects (.txt one per line, or .json [labels] or {predicate_id: "
+        "[labels]}); default: each relation's answers in the file",
+    )  # fmt: skip
+    pr.add_argument(
+        "--language", default="", help="cloze: the queries' language (default: NAME.<lang>.jsonl)"
+    )
+    pr.add_argument(
+        "--group-by",
+        default="facts",
+        help="cloze: comma list of line fields to break the metrics down by",
+    )
+    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument("--device", default="cpu")
     pr.set_defaults(fn=_eval_probe)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
     ex.add_argument("run", help="run directory or checkpoint file")
