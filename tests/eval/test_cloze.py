@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TEXT_MLM, cli_error
+from conftest import MATERIALS, OWNERS, TOYS, cli_error
 
-from mmptm.data.shards import ShardWriter
-from mmptm.data.tokenizer import train_tokenizer
 from mmptm.eval.cloze import (
     evaluate_cloze,
     mean_piece_logprob,
@@ -20,18 +18,6 @@ from mmptm.eval.cloze import (
     realistic_ranks,
     relation_candidates,
 )
-
-TOYS = ["Bimo", "Kato", "Lumi", "Zepp", "Oroboro", "Tiki"]
-MATERIALS = ["wood", "plastic", "felt", "tin", "porcelain"]
-OWNERS = ["Anna", "Boris", "Clementine"]
-
-
-def _sentences() -> list[str]:
-    out = []
-    for i, toy in enumerate(TOYS):
-        out.append(f"{toy} is made of {MATERIALS[i % len(MATERIALS)]} .")
-        out.append(f"{toy} belongs to {OWNERS[i % len(OWNERS)]} .")
-    return out * 8
 
 
 def write_probe(path: Path, lines: list[dict]) -> Path:
@@ -51,32 +37,6 @@ def probe_lines() -> list[dict]:
                       "masked_sentences": [f"[MASK] owns {toy} ."],
                       "facts": "text" if i % 2 else "graph"})  # fmt: skip
     return lines
-
-
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory) -> Path:
-    """A one-layer text MLM trained 4 steps on sentences about toys, BPE tokenizer."""
-    from mmptm.models.run import load_run_config
-    from mmptm.train.trainer import pretrain
-
-    root = tmp_path_factory.mktemp("cloze")
-    with ShardWriter(root / "train-%06d.tar", 1000) as w:
-        for i, s in enumerate(_sentences()):
-            w.write({"__key__": f"{i:05d}", "txt": s, "json": {"language": "en"}})
-    corpus = root / "corpus.en.txt"
-    corpus.write_text("\n".join(_sentences()) + "\n")
-    train_tokenizer([corpus], root / "tok", vocab_size=60, model_type="bpe", seed=0,
-                    num_threads=1, fit_to_data=True)  # fmt: skip
-    run = root / "run"
-    over = [
-        f"output_dir={run}", f"data.tokenizer={root}/tok.model",
-        f"data.train={root}/train-*.tar", "data.val=\"\"", "data.test=\"\"", "data.batch_size=8",
-        "data.num_workers=0", "data.shuffle_buffer=10", "train.max_steps=4",
-        "train.warmup_steps=1", "train.ckpt_every=4", "train.log_every=1",
-        "train.progress=false",
-    ]  # fmt: skip
-    pretrain(load_run_config(TEXT_MLM, over))
-    return run
 
 
 def test_realistic_ranks_and_metrics_by_hand():
@@ -153,10 +113,10 @@ def _brute_force_ranks(run: Path, lines: list[dict]) -> list[float]:
     return ranks
 
 
-def test_cloze_equals_brute_force(text_run, tmp_path):
+def test_cloze_equals_brute_force(toy_text_run, tmp_path):
     lines = probe_lines()
-    result = evaluate_cloze(str(text_run), str(write_probe(tmp_path / "c.en.jsonl", lines)))
-    ranks = _brute_force_ranks(text_run, lines)
+    result = evaluate_cloze(str(toy_text_run), str(write_probe(tmp_path / "c.en.jsonl", lines)))
+    ranks = _brute_force_ranks(toy_text_run, lines)
     n = len(lines)
     assert result["overall"]["n"] == n and result["language"] == "en"
     assert result["overall"]["p@1"] == pytest.approx(sum(r == 1 for r in ranks) / n)
@@ -171,14 +131,14 @@ def test_cloze_equals_brute_force(text_run, tmp_path):
     assert 0 <= result["single_piece_answers"] <= n
 
 
-def test_subject_entity_ids_reach_the_batch(text_run, tmp_path):
+def test_subject_entity_ids_reach_the_batch(toy_text_run, tmp_path):
     from mmptm.models.load import load_pretrained
 
     ids = tmp_path / "entities.txt"
     ids.write_text("".join(f"T{i:03d}\n" for i in reversed(range(len(TOYS)))))
     over = ["data.modalities.text.spans={entity: mentions}",
             f"data.modalities.text.span_vocabularies={{entity: {ids}}}"]  # fmt: skip
-    model, tok, cfg = load_pretrained(str(text_run), over)
+    model, tok, cfg = load_pretrained(str(toy_text_run), over)
     seen = []
     fuse = model.fuse
 
@@ -203,15 +163,15 @@ def test_subject_entity_ids_reach_the_batch(text_run, tmp_path):
         assert (x[cloze] == tok.mask_id).all() and cloze.any()
 
 
-def test_cli_cloze_and_errors(text_run, tmp_path, capsys):
+def test_cli_cloze_and_errors(toy_text_run, tmp_path, capsys):
     from mmptm.cli import main
 
     f = write_probe(tmp_path / "c.en.jsonl", probe_lines())
     out = tmp_path / "r.json"
-    assert main(["eval", "probe", str(text_run), "--cloze", str(f), "--out", str(out)]) == 0
+    assert main(["eval", "probe", str(toy_text_run), "--cloze", str(f), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "facts=graph" in printed and "relation made_of" in printed
     assert json.loads(out.read_text())["overall"]["n"] == len(probe_lines())
     bad = write_probe(tmp_path / "bad.jsonl", [*probe_lines()[:1], {"sub_label": "x"}])
-    msg = cli_error(capsys, ["eval", "probe", str(text_run), "--cloze", str(bad)])
+    msg = cli_error(capsys, ["eval", "probe", str(toy_text_run), "--cloze", str(bad)])
     assert "bad.jsonl:2" in msg and "obj_label" in msg
