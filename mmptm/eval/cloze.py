@@ -2,7 +2,9 @@
 
 Input: LAMA T-REx lines (``{"sub_uri", "sub_label", "obj_uri", "obj_label", "predicate_id",
 "masked_sentences": ["Bimo is made of [MASK] ."]}``, any other field such as ``facts`` kept
-for grouping). Each line's first masked sentence is a query; its answer is ``obj_label``.
+for grouping; ``language`` if present). Each line is a query; its answer is ``obj_label``. A
+line with several masked sentences (templates, or LAMA's several evidence sentences) scores a
+candidate by the mean of its scores in each sentence (a prompt ensemble).
 
 **Ranking rule.** LAMA keeps only single-token objects and takes the argmax over the
 vocabulary. With a BPE vocabulary many objects are several pieces, so the candidates are
@@ -58,9 +60,9 @@ _LANG_IN_NAME = re.compile(r"\.([a-z]{2,3})\.jsonl?$")
 
 @dataclass
 class ClozeItem:
-    """One query: a sentence with one ``[MASK]``, its answer and its subject."""
+    """One query: sentences with one ``[MASK]`` each, its answer and its subject."""
 
-    sentence: str
+    sentences: list[str]
     sub_label: str
     obj_label: str
     predicate_id: str
@@ -87,14 +89,16 @@ def read_cloze(path: str | Path) -> list[ClozeItem]:
                 if not isinstance(d.get(key), str) or not d[key]:
                     raise ValueError(f"{path}:{n}: {key!r} must be a non-empty string")
             sents = d.get("masked_sentences")
-            if not isinstance(sents, list) or not sents or not isinstance(sents[0], str):
+            ok = isinstance(sents, list) and bool(sents)
+            if not ok or not all(isinstance(x, str) for x in sents):
                 raise ValueError(f"{path}:{n}: 'masked_sentences' must be a non-empty list")
-            if sents[0].count(MASK) != 1:
-                raise ValueError(f"{path}:{n}: the masked sentence needs one {MASK}: {sents[0]!r}")
+            for x in sents:
+                if x.count(MASK) != 1:
+                    raise ValueError(f"{path}:{n}: a masked sentence needs one {MASK}: {x!r}")
             known = {"sub_label", "obj_label", "predicate_id", "masked_sentences", "sub_uri"}
             items.append(
                 ClozeItem(
-                    sentence=sents[0],
+                    sentences=sents,
                     sub_label=d["sub_label"],
                     obj_label=d["obj_label"],
                     predicate_id=d["predicate_id"],
@@ -172,13 +176,16 @@ def rank_metrics(ranks: torch.Tensor) -> dict[str, float]:
     }
 
 
-def query_sample(item: ClozeItem, candidate: str, language: str, key: str) -> dict[str, Any]:
-    """The text sample of one query filled with ``candidate``: txt, and json with the
-    candidate's span (``cloze``) and the subject's entity mention (``mentions``)."""
-    at = item.sentence.index(MASK)
-    text = item.sentence[:at] + candidate + item.sentence[at + len(MASK) :]
+def query_sample(
+    item: ClozeItem, sentence: int, candidate: str, language: str, key: str
+) -> dict[str, Any]:
+    """The text sample of one of the query's sentences filled with ``candidate``: txt, and
+    json with the candidate's span (``cloze``) and the subject's entity mention (``mentions``)."""
+    template = item.sentences[sentence]
+    at = template.index(MASK)
+    text = template[:at] + candidate + template[at + len(MASK) :]
     meta: dict[str, Any] = {"language": language, SPAN: [[at, at + len(candidate), 0]]}
-    sub = _subject_start(item.sentence, item.sub_label, at)
+    sub = _subject_start(template, item.sub_label, at)
     if sub is not None and item.sub_uri:
         if sub > at:
             sub += len(candidate) - len(MASK)
@@ -274,8 +281,9 @@ def evaluate_cloze(
     """Cloze P@1 / P@10 / MRR of a run (directory or checkpoint) on a LAMA T-REx file:
     ``overall``, ``by_relation`` and ``by_<field>`` for each ``group_by`` field present.
 
-    ``language``: the queries' language (default: from a ``NAME.<lang>.jsonl`` file name,
-    else the tokenizer's first). ``model``: an already loaded ``(model, tokenizer, cfg)``.
+    ``language``: the queries' language (default: a line's ``language``, else from a
+    ``NAME.<lang>.jsonl`` file name, else the tokenizer's first). ``model``: an already
+    loaded ``(model, tokenizer, cfg)``.
     """
     items = read_cloze(file)
     if isinstance(candidates, (str, Path)):
@@ -283,33 +291,38 @@ def evaluate_cloze(
     cands = relation_candidates(items, candidates)
     net, tokenizer, cfg = model or load_pretrained(run, overrides)
     net = net.to(device).eval()
-    if not language:
-        m = _LANG_IN_NAME.search(Path(file).name)
-        language = m.group(1) if m else (tokenizer.languages or ["en"])[0]
+    m = _LANG_IN_NAME.search(Path(file).name)
+    default = language or (m.group(1) if m else (tokenizer.languages or ["en"])[0])
 
     def samples() -> Iterable[dict[str, Any]]:
         for i, it in enumerate(items):
-            for c, label in enumerate(cands[it.predicate_id]):
-                yield query_sample(it, label, language, f"{i:07d}_{c:05d}")
+            lang = language or str(it.extra.get("language") or default)
+            for j in range(len(it.sentences)):
+                for c, label in enumerate(cands[it.predicate_id]):
+                    yield query_sample(it, j, label, lang, f"{i:07d}_{j:03d}_{c:05d}")
 
     scored = score_queries(net, cfg, tokenizer, samples(), device=device, batch_size=batch_size)
     ranks, pieces = [], []
     for i, it in enumerate(items):
         labels = cands[it.predicate_id]
-        s = torch.tensor([scored[f"{i:07d}_{c:05d}"][0] for c in range(len(labels))])
+        s_SC = torch.tensor(
+            [[scored[f"{i:07d}_{j:03d}_{c:05d}"][0] for c in range(len(labels))]
+             for j in range(len(it.sentences))]
+        )  # fmt: skip
         gold = labels.index(it.obj_label)
-        ranks.append(float(realistic_ranks(s[None], torch.tensor([gold]))[0]))
-        pieces.append(scored[f"{i:07d}_{gold:05d}"][1])
+        ranks.append(float(realistic_ranks(s_SC.mean(0)[None], torch.tensor([gold]))[0]))
+        pieces.append(scored[f"{i:07d}_000_{gold:05d}"][1])
     r = torch.tensor(ranks)
     result: dict[str, Any] = {
         "file": str(file),
-        "language": language,
+        "language": default,
         "overall": rank_metrics(r),
         "single_piece_answers": sum(p == 1 for p in pieces),
         "candidates": {rel: len(c) for rel, c in cands.items()},
         "no_subject_span": sum(
-            _subject_start(it.sentence, it.sub_label, it.sentence.index(MASK)) is None
+            _subject_start(x, it.sub_label, x.index(MASK)) is None
             for it in items
+            for x in it.sentences
         ),
         "by_relation": _grouped(r, [it.predicate_id for it in items]),
     }

@@ -30,7 +30,8 @@ def probe_lines() -> list[dict]:
     for i, toy in enumerate(TOYS):
         lines.append({"sub_uri": f"T{i:03d}", "sub_label": toy, "obj_uri": "m",
                       "obj_label": MATERIALS[i % len(MATERIALS)], "predicate_id": "made_of",
-                      "masked_sentences": [f"{toy} is made of [MASK] ."],
+                      "masked_sentences": [f"{toy} is made of [MASK] .",
+                                           f"[MASK] is what {toy} is made of ."],
                       "facts": "text" if i % 2 else "graph"})  # fmt: skip
         lines.append({"sub_uri": f"T{i:03d}", "sub_label": toy, "obj_uri": "o",
                       "obj_label": OWNERS[i % len(OWNERS)], "predicate_id": "owned_by",
@@ -85,27 +86,30 @@ def _brute_force_ranks(run: Path, lines: list[dict]) -> list[float]:
             cands[d["predicate_id"]].append(d["obj_label"])
     ranks = []
     for d in lines:
-        sent = d["masked_sentences"][0]
         scores = []
         for c in cands[d["predicate_id"]]:
-            text = sent.replace("[MASK]", c)
-            start = sent.index("[MASK]")
-            ids, offs = tok.encode_with_offsets(text)
-            inside = [a < start + len(c) and b > start and a < b for a, b in offs]
-            x = [tok.cls_id, *[tok.mask_id if m else i for i, m in zip(ids, inside)], tok.sep_id]
-            L = len(x)
-            batch = {
-                "input_ids": torch.tensor([x]),
-                "attention_mask": torch.ones(1, L, dtype=torch.bool),
-                "segment_ids": torch.zeros(1, L, dtype=torch.long),
-                "lang_ids": torch.full((1, L), tok.languages.index("en")
-                                       if "en" in tok.languages else 0),
-            }  # fmt: skip
-            with torch.no_grad():
-                h = model.fuse(batch).hidden["text"][0, 1:-1]
-                logp = mlm.logits(h).log_softmax(-1)
-            lp = [logp[t, ids[t]].item() for t in range(len(ids)) if inside[t]]
-            scores.append(sum(lp) / len(lp))
+            per_sentence = []  # a line's sentences: the mean of the candidate's scores
+            for sent in d["masked_sentences"]:
+                text = sent.replace("[MASK]", c)
+                start = sent.index("[MASK]")
+                ids, offs = tok.encode_with_offsets(text)
+                inside = [a < start + len(c) and b > start and a < b for a, b in offs]
+                x = [tok.cls_id, *[tok.mask_id if m else i for i, m in zip(ids, inside)],
+                     tok.sep_id]  # fmt: skip
+                L = len(x)
+                batch = {
+                    "input_ids": torch.tensor([x]),
+                    "attention_mask": torch.ones(1, L, dtype=torch.bool),
+                    "segment_ids": torch.zeros(1, L, dtype=torch.long),
+                    "lang_ids": torch.full((1, L), tok.languages.index("en")
+                                           if "en" in tok.languages else 0),
+                }  # fmt: skip
+                with torch.no_grad():
+                    h = model.fuse(batch).hidden["text"][0, 1:-1]
+                    logp = mlm.logits(h).log_softmax(-1)
+                lp = [logp[t, ids[t]].item() for t in range(len(ids)) if inside[t]]
+                per_sentence.append(sum(lp) / len(lp))
+            scores.append(sum(per_sentence) / len(per_sentence))
         gold = cands[d["predicate_id"]].index(d["obj_label"])
         higher = sum(s > scores[gold] for s in scores)
         tied = sum(s == scores[gold] for s in scores) - 1
@@ -147,13 +151,13 @@ def test_subject_entity_ids_reach_the_batch(toy_text_run, tmp_path):
         return fuse(batch)
 
     model.fuse = spy
-    lines = probe_lines()[:2]  # Bimo: "Bimo is made of [MASK] ." and "[MASK] owns Bimo ."
+    lines = probe_lines()[:2]  # Bimo: "Bimo is made of [MASK] ." ... and "[MASK] owns Bimo ."
     given = {"made_of": MATERIALS, "owned_by": OWNERS}
     f = write_probe(tmp_path / "c.jsonl", lines)
     evaluate_cloze("", str(f), candidates=given, model=(model, tok, cfg))
     rows = [(b["entity_ids"][i], b["input_ids"][i], b["cloze_mask"][i])
             for b in seen for i in range(len(b["input_ids"]))]  # fmt: skip
-    assert len(rows) == len(MATERIALS) + len(OWNERS)
+    assert len(rows) == 2 * len(MATERIALS) + len(OWNERS)  # made_of has two sentences
     bimo_row = len(TOYS) - 1  # T000 is the last line of entities.txt
     first_piece = tok.encode_with_offsets("Bimo")[0][0]
     for ent, x, cloze in rows:
