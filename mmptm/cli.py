@@ -892,8 +892,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="facts",
         help="cloze: comma list of line fields to break the metrics down by",
     )
-    pr.add_argument("--batch-size", type=int, default=64)
-    pr.add_argument("--device", default="cpu")
+    pr.add_argument("--batch-size", type=int, default=64, help="cloze: sequences per batch")
+    pr.add_argument("--device", default="cpu", help="cloze: cpu, cuda, ...")
     pr.set_defaults(fn=_eval_probe)
     ex = ev_sub.add_parser("xnli", help="accuracy per language of a fine-tuned classifier")
     ex.add_argument("run", help="run directory or checkpoint file")
