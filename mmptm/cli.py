@@ -3,6 +3,7 @@
 mmptm data toyworld --out DIR [--n-train N ...] [--views video,audio,speech,...] [--voice V]
 mmptm data msrvtt|videos|video-features ... --out DIR
 mmptm data clotho|audiocaps|esc50|librispeech ... --out DIR [--sample-rate HZ]
+mmptm data typing|relations --input FILE --out DIR [--split train] [--lang en]
 mmptm data link --input SHARDS --aliases [LANG=]FILE --out DIR [--case auto] [--field auto]
 mmptm kg train-embeddings TRIPLES --out DIR [--model transe|distmult] [--mmap] [--device cuda]
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
@@ -10,6 +11,8 @@ mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
 mmptm pretrain CONFIG [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
+mmptm eval probe RUN --cloze FILE.jsonl [...] [--candidates FILE] [--group-by facts]
+mmptm eval spans RUN [--shards SPEC | --set NAME=SPEC ...] [--group-by facts] [--out FILE]
 mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm index RUN --shards SPEC --out DIR [--add] [--index-type flat|ivf|hnsw]
 mmptm retrieve INDEX "a red circle" | --image FILE | --key KEY [-k 10] [--lang de] [--json]
@@ -135,6 +138,30 @@ def _data_answers(args: argparse.Namespace) -> int:
     vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
     write_answer_vocab(vocab, args.out)
     print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
+    return 0
+
+
+def _data_spans(args: argparse.Namespace) -> int:
+    from mmptm.data.converters_spans import convert_spans
+
+    stats = convert_spans(args.task, args.input, args.out, split=args.split,
+                          language=args.lang, shard_size=args.shard_size)  # fmt: skip
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+def _eval_spans(args: argparse.Namespace) -> int:
+    from mmptm.eval.spans import evaluate_spans, format_spans
+
+    sets = dict(s.split("=", 1) for s in args.set or [])
+    if args.shards:
+        sets["test"] = args.shards
+    groups = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    result = evaluate_spans(args.run, sets or None, group_by=groups, overrides=args.overrides,
+                            device=args.device)  # fmt: skip
+    print(format_spans(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
@@ -314,9 +341,30 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_cloze(args: argparse.Namespace) -> int:
+    from mmptm.eval.cloze import evaluate_cloze, format_cloze
+    from mmptm.models.load import load_pretrained
+
+    loaded = load_pretrained(args.run, args.overrides)
+    groups = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    results = {}
+    for file in args.cloze:
+        r = evaluate_cloze(args.run, file, language=args.language, candidates=args.candidates,
+                           group_by=groups, model=loaded, batch_size=args.batch_size,
+                           device=args.device)  # fmt: skip
+        print(f"{file} ({r['language']})\n{format_cloze(r)}")
+        results[file] = r
+    result = results[args.cloze[0]] if len(results) == 1 else results
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def _eval_probe(args: argparse.Namespace) -> int:
     from mmptm.eval.probe import evaluate_probe, format_probe, probe_folds
 
+    if args.cloze:
+        return _eval_cloze(args)
     if bool(args.folds) == bool(args.train or args.test):
         raise SystemExit("mmptm eval probe: give --train and --test, or --folds (not both)")
     overrides = list(args.overrides)
@@ -414,6 +462,7 @@ def _retrieve(args: argparse.Namespace) -> int:
 
 def _finetune(args: argparse.Namespace) -> int:
     from mmptm.eval.classification import evaluate_sets, format_accuracy
+    from mmptm.eval.spans import evaluate_spans, format_spans, span_head
     from mmptm.models.run import load_run_config
     from mmptm.train.trainer import Trainer
 
@@ -423,7 +472,11 @@ def _finetune(args: argparse.Namespace) -> int:
                          "trains the same shape from scratch)")  # fmt: skip
     trainer = Trainer(cfg)
     trainer.fit()
-    if trainer.dist.main and cfg.data.eval:
+    if trainer.dist.main and cfg.data.eval and span_head(trainer.model):
+        spans = evaluate_spans("", model=(trainer.model, trainer.tokenizer, cfg))
+        (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(spans, indent=2) + "\n")
+        print(format_spans(spans))
+    elif trainer.dist.main and cfg.data.eval:
         result = evaluate_sets(trainer.model, cfg, trainer.tokenizer, cfg.data.eval)
         (Path(cfg.output_dir) / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         print(format_accuracy({Path(cfg.output_dir).name: result}))
@@ -658,6 +711,18 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--top-k", type=int, default=None)
     an.set_defaults(fn=_data_answers)
 
+    for name, help_ in [
+        ("typing", "entity typing: Open Entity lines (contexts, mention, y_str types)"),
+        ("relations", "relation classification: a TACRED list or a FewRel {relation: [items]}"),
+    ]:
+        c = data_sub.add_parser(name, help=help_)
+        c.add_argument("--input", required=True, help="train.json, dev.json or test.json")
+        c.add_argument("--out", required=True, help="shards + labels.txt (from the train split)")
+        c.add_argument("--split", default="", help="default: the file's stem (train.json: train)")
+        c.add_argument("--lang", default="en")
+        c.add_argument("--shard-size", type=int, default=10000)
+        c.set_defaults(fn=_data_spans, task=name)
+
     li = data_sub.add_parser("link", help="entity mentions by alias dictionary → json.mentions")
     li.add_argument("--input", required=True, help="text shards (glob, brace pattern, folder)")
     li.add_argument("--aliases", action="append", required=True, metavar="[LANG=]FILE",
@@ -846,6 +911,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--random-init", action="store_true", help="probe the untrained architecture instead"
     )
     pr.add_argument("--out", default=None, help="also write the result as JSON here")
+    pr.add_argument(
+        "--cloze", nargs="+", default=None,
+        help="LAMA T-REx jsonl files: cloze P@1/P@10/MRR instead of a linear probe",
+    )  # fmt: skip
+    pr.add_argument(
+        "--candidates", default=None,
+        help="cloze: candidate objects (.txt one per line, or .json [labels] or {predicate_id: "
+        "[labels]}); default: each relation's answers in the file",
+    )  # fmt: skip
+    pr.add_argument(
+        "--language", default="", help="cloze: the queries' language (default: NAME.<lang>.jsonl)"
+    )
+    pr.add_argument(
+        "--group-by",
+        default="facts",
+        help="cloze: comma list of line fields to break the metrics down by",
+    )
+    pr.add_argument("--batch-size", type=int, default=64, help="cloze: sequences per batch")
+    pr.add_argument("--device", default="cpu", help="cloze: cpu, cuda, ...")
     pr.set_defaults(fn=_eval_probe)
     lp = ev_sub.add_parser(
         "link-prediction", help="KEPLER: entities encoded from their descriptions, TransE ranks"
@@ -861,6 +945,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
     ex.add_argument("--set", action="append", help="NAME=SHARDS (default: the run's data.eval)")
     ex.set_defaults(fn=_eval_xnli)
+    sp = ev_sub.add_parser(
+        "spans", help="entity typing / relation classification metrics of a fine-tuned head"
+    )
+    sp.add_argument("run", help="run directory or checkpoint file")
+    sp.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")
+    sp.add_argument("--shards", default=None, help="shards to score (default: the run's data.eval)")
+    sp.add_argument("--set", action="append", help="NAME=SHARDS, repeatable")
+    sp.add_argument("--group-by", default="facts", help="comma list of json fields")
+    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--out", default=None, help="also write the result as JSON here")
+    sp.set_defaults(fn=_eval_spans)
     vq = ev_sub.add_parser("vqa", help="VQA accuracy; --results writes the official format")
     vq.add_argument("run", help="run directory or checkpoint file")
     vq.add_argument("overrides", nargs="*", help="key=value overrides of the saved config")

@@ -314,3 +314,45 @@ def rank_env(rank: int, port: int, world: int = WORLD) -> None:
     # As under torchrun: loader workers fork (a spawned child would spawn them, re-importing
     # torch in every worker of every epoch)
     multiprocessing.set_start_method("fork", force=True)
+
+
+# --- a tiny text MLM run on sentences about toys (knowledge probes and span tasks) ----------
+TOYS = ["Bimo", "Kato", "Lumi", "Zepp", "Oroboro", "Tiki"]
+MATERIALS = ["wood", "plastic", "felt", "tin", "porcelain"]
+OWNERS = ["Anna", "Boris", "Clementine"]
+
+
+def toy_sentences() -> list[str]:
+    out = []
+    for i, toy in enumerate(TOYS):
+        out.append(f"{toy} is made of {MATERIALS[i % len(MATERIALS)]} .")
+        out.append(f"{toy} belongs to {OWNERS[i % len(OWNERS)]} .")
+    return out * 8
+
+
+@pytest.fixture(scope="session")
+def toy_text_run(tmp_path_factory) -> Path:
+    """A one-layer text MLM (``TEXT_MLM``) trained 4 steps on :func:`toy_sentences`, with a
+    60-piece BPE tokenizer: a real, weak run for the cloze and span-task tests."""
+    from mmptm.data.shards import ShardWriter
+    from mmptm.models.run import load_run_config
+    from mmptm.train.trainer import pretrain
+
+    root = tmp_path_factory.mktemp("toy_text")
+    with ShardWriter(root / "train-%06d.tar", 1000) as w:
+        for i, s in enumerate(toy_sentences()):
+            w.write({"__key__": f"{i:05d}", "txt": s, "json": {"language": "en"}})
+    corpus = root / "corpus.en.txt"
+    corpus.write_text("\n".join(toy_sentences()) + "\n")
+    train_tokenizer([corpus], root / "tok", vocab_size=60, model_type="bpe", seed=0,
+                    num_threads=1, fit_to_data=True)  # fmt: skip
+    run = root / "run"
+    over = [
+        f"output_dir={run}", f"data.tokenizer={root}/tok.model",
+        f"data.train={root}/train-*.tar", 'data.val=""', 'data.test=""', "data.batch_size=8",
+        "data.num_workers=0", "data.shuffle_buffer=10", "train.max_steps=4",
+        "train.warmup_steps=1", "train.ckpt_every=4", "train.log_every=1",
+        "train.progress=false",
+    ]  # fmt: skip
+    pretrain(load_run_config(TEXT_MLM, over))
+    return run

@@ -4,6 +4,10 @@ Plug-ins like the modalities (no encoder reads them): the objective that trains 
 declares them, so a model without that objective does not decode them.
 
 - ``label``: ``json["label"]`` (a name from ``names`` or its index) → ``labels [B]``.
+- ``label_set``: ``json["labels"]`` (names, or one name) over a vocabulary file (one name per
+  line, as ``mmptm data typing`` / ``relations`` write) → ``label_set [B,C]`` (multi-hot,
+  float) and ``label_unknown [B]`` (how many of the sample's names the vocabulary lacks: they
+  are dropped and counted, so evaluation can count them as missed).
 - ``answers``: VQA's ``json["answers"]`` (raw strings, [] for unannotated questions),
   ``question_id`` and ``answer_type`` → ``answers`` (lists of strings), ``question_id [B]``
   (-1 when absent), ``answer_type`` (strings, "" when absent).
@@ -14,6 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -51,6 +56,56 @@ class LabelData(Modality):
     def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
         key = self.prefix(self.views[0]) + "labels"
         return {key: torch.tensor([s[key] for s in samples])}
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """A label vocabulary: one label per line, row i = line i."""
+    try:
+        labels = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file (a label vocabulary)") from None
+    if not labels or len(set(labels)) != len(labels) or "" in labels:
+        raise ValueError(f"{path}: a label vocabulary needs one distinct, non-empty label per line")
+    return labels
+
+
+@MODALITIES.register("label_set")
+class LabelSetData(Modality):
+    """A set of label names per sample over a vocabulary file (entity types, a relation)."""
+
+    members: ClassVar[tuple[str, ...]] = ("json",)
+    keys: ClassVar[tuple[str, ...]] = ("label_set", "label_unknown")
+
+    @dataclass
+    class Config:
+        type: str = "label_set"
+        #: the vocabulary: one name per line (a task head declares it)
+        names_file: str = ""
+        #: the json field holding the sample's names (a list, or one string)
+        field: str = "labels"
+
+    def __init__(self, cfg: Config, **kw: Any) -> None:
+        super().__init__(cfg, **kw)
+        if not cfg.names_file:
+            raise ValueError("data.modalities.label_set.names_file is empty (a label vocabulary)")
+        self.index = {name: i for i, name in enumerate(read_labels(cfg.names_file))}
+
+    def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
+        names = meta.get(self.cfg.field)
+        names = [names] if isinstance(names, str) else names
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"json {self.cfg.field!r} must be a list of label names: {names!r}")
+        p = self.prefix(self.views[0])
+        known = sorted({self.index[n] for n in names if n in self.index})
+        return {p + "label_set": known, p + "label_unknown": len(set(names)) - len(known)}
+
+    def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        p = self.prefix(self.views[0])
+        hot_BC = torch.zeros(len(samples), len(self.index))
+        for i, s in enumerate(samples):
+            hot_BC[i, s[p + "label_set"]] = 1.0
+        unknown_B = torch.tensor([s[p + "label_unknown"] for s in samples])
+        return {p + "label_set": hot_BC, p + "label_unknown": unknown_B}
 
 
 @MODALITIES.register("answers")
