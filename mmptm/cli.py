@@ -351,7 +351,7 @@ def _eval_cloze(args: argparse.Namespace) -> int:
     for file in args.cloze:
         r = evaluate_cloze(args.run, file, language=args.language, candidates=args.candidates,
                            group_by=groups, model=loaded, batch_size=args.batch_size,
-                           device=args.device)  # fmt: skip
+                           device=args.device, sentence=args.sentence)  # fmt: skip
         print(f"{file} ({r['language']})\n{format_cloze(r)}")
         results[file] = r
     result = results[args.cloze[0]] if len(results) == 1 else results
@@ -928,6 +928,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="facts",
         help="cloze: comma list of line fields to break the metrics down by",
     )
+    pr.add_argument(
+        "--sentence", type=int, default=None,
+        help="cloze: score each line's masked sentence of this index alone (default: the mean "
+        "over all of them)",
+    )  # fmt: skip
     pr.add_argument("--batch-size", type=int, default=64, help="cloze: sequences per batch")
     pr.add_argument("--device", default="cpu", help="cloze: cpu, cuda, ...")
     pr.set_defaults(fn=_eval_probe)

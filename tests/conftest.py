@@ -21,8 +21,8 @@ def tiny_world(tmp_path_factory) -> Path:
     an 8-unit MFCC codebook of the scene sounds."""
     from mmptm.data.triple_shards import write_triple_shards
     from mmptm.data.units import fit_codebook
-    from mmptm.train.kge import KGETrainConfig, train_embeddings
     from mmptm.objectives.audio_units import fit_audio_codebook
+    from mmptm.train.kge import KGETrainConfig, train_embeddings
 
     out = tmp_path_factory.mktemp("toyworld")
     views = [v for v in toyworld.ALL_VIEWS if v != "speech"]

@@ -181,7 +181,7 @@ def query_sample(
 ) -> dict[str, Any]:
     """The text sample of one of the query's sentences filled with ``candidate``: txt, and
     json with the candidate's span (``cloze``) and the subject's entity mention (``mentions``)."""
-    template = item.sentences[sentence]
+    template = detokenize(item.sentences[sentence])
     at = template.index(MASK)
     text = template[:at] + candidate + template[at + len(MASK) :]
     meta: dict[str, Any] = {"language": language, SPAN: [[at, at + len(candidate), 0]]}
@@ -191,6 +191,17 @@ def query_sample(
             sub += len(candidate) - len(MASK)
         meta["mentions"] = [[sub, sub + len(item.sub_label), item.sub_uri]]
     return {"__key__": key, "txt": text, "json": meta}
+
+
+#: a space before punctuation: LAMA's sentences are written tokenised ("of [MASK] .")
+_DETACHED = re.compile(r"\s+([.,;:!?])")
+
+
+def detokenize(sentence: str) -> str:
+    """The sentence as running text ("of [MASK]."): a word-piece tokenizer (LAMA's BERT) splits
+    the punctuation off anyway, but a sentencepiece one reads " ." as another piece than the
+    "." of the text it was trained on."""
+    return _DETACHED.sub(r"\1", sentence)
 
 
 def _subject_start(sentence: str, sub_label: str, mask_at: int) -> int | None:
@@ -277,15 +288,31 @@ def evaluate_cloze(
     device: str = "cpu",
     batch_size: int = 64,
     model: tuple[PretrainModel, Any, Any] | None = None,
+    sentence: int | None = None,
 ) -> dict[str, Any]:
     """Cloze P@1 / P@10 / MRR of a run (directory or checkpoint) on a LAMA T-REx file:
     ``overall``, ``by_relation`` and ``by_<field>`` for each ``group_by`` field present.
+
+    ``sentence``: score each line's masked sentence of that index alone (a line without it
+    is an error); default: all of them, as a prompt ensemble.
 
     ``language``: the queries' language (default: a line's ``language``, else from a
     ``NAME.<lang>.jsonl`` file name, else the tokenizer's first). ``model``: an already
     loaded ``(model, tokenizer, cfg)``.
     """
     items = read_cloze(file)
+    if sentence is not None:
+        short = [
+            i
+            for i, it in enumerate(items)
+            if not -len(it.sentences) <= sentence < len(it.sentences)
+        ]
+        if short:
+            raise ValueError(
+                f"{file}: line {short[0] + 1} has no masked sentence {sentence} "
+                f"({len(items[short[0]].sentences)} given)"
+            )
+        items = [dataclasses.replace(it, sentences=[it.sentences[sentence]]) for it in items]
     if isinstance(candidates, (str, Path)):
         candidates = read_candidates(candidates)
     cands = relation_candidates(items, candidates)

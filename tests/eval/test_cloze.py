@@ -11,8 +11,10 @@ import torch
 from conftest import MATERIALS, OWNERS, TOYS, cli_error
 
 from mmptm.eval.cloze import (
+    ClozeItem,
     evaluate_cloze,
     mean_piece_logprob,
+    query_sample,
     rank_metrics,
     read_cloze,
     realistic_ranks,
@@ -90,6 +92,7 @@ def _brute_force_ranks(run: Path, lines: list[dict]) -> list[float]:
         for c in cands[d["predicate_id"]]:
             per_sentence = []  # a line's sentences: the mean of the candidate's scores
             for sent in d["masked_sentences"]:
+                sent = sent.replace(" .", ".")  # as running text, as the training text is
                 text = sent.replace("[MASK]", c)
                 start = sent.index("[MASK]")
                 ids, offs = tok.encode_with_offsets(text)
@@ -133,6 +136,28 @@ def test_cloze_equals_brute_force(toy_text_run, tmp_path):
     assert result["by_relation"]["made_of"]["n"] == len(made_of)
     assert result["candidates"] == {"made_of": len(MATERIALS), "owned_by": len(OWNERS)}
     assert 0 <= result["single_piece_answers"] <= n
+
+
+def test_queries_are_running_text_with_the_candidate_and_subject_spans():
+    item = ClozeItem(["Bimo , the toy , is made of [MASK] ."], "Bimo", "wood", "made_of", "T0")
+    q = query_sample(item, 0, "pine wood", "en", "k")
+    text = q["txt"]
+    assert text == "Bimo, the toy, is made of pine wood."
+    ((s, e, _),) = q["json"]["cloze"]
+    ((ms, me, entity),) = q["json"]["mentions"]
+    assert (text[s:e], text[ms:me], entity) == ("pine wood", "Bimo", "T0")
+
+
+def test_one_sentence_of_each_line(toy_text_run, tmp_path):
+    lines = probe_lines()
+    path = write_probe(tmp_path / "c.en.jsonl", lines)
+    firsts = [{**d, "masked_sentences": d["masked_sentences"][:1]} for d in lines]
+    ranks = _brute_force_ranks(toy_text_run, firsts)
+    result = evaluate_cloze(str(toy_text_run), str(path), sentence=0)
+    assert result["overall"]["mrr"] == pytest.approx(sum(1 / r for r in ranks) / len(ranks),
+                                                     rel=1e-5)  # fmt: skip
+    with pytest.raises(ValueError, match=r"c.en.jsonl: line 2 has no masked sentence 1"):
+        evaluate_cloze(str(toy_text_run), str(path), sentence=1)
 
 
 def test_subject_entity_ids_reach_the_batch(toy_text_run, tmp_path):
