@@ -542,6 +542,14 @@ def _demo(args: argparse.Namespace) -> int:
             ft_steps=args.ft_steps or 600, seed=args.seed,
             overrides=args.overrides,
         )  # fmt: skip
+    elif args.study == "knowledge":
+        from mmptm.studies.knowledge import KNOWLEDGE_DEMO, knowledge_study
+
+        knowledge_study(
+            out, recipes=tuple(args.recipes.split(",")) if args.recipes else KNOWLEDGE_DEMO,
+            n_train=args.n_train, n_test=args.n_test, steps=args.steps or 1500,
+            ft_steps=args.ft_steps or 300, seed=args.seed, overrides=args.overrides,
+        )  # fmt: skip
     elif args.study == "vqa":
         studies.vqa_study(
             out, recipes=tuple(args.recipes.split(",")) if args.recipes else studies.VL_RECIPES,
@@ -1088,13 +1096,15 @@ def build_parser() -> argparse.ArgumentParser:
         "study",
         nargs="?",
         default="clip",
-        choices=["clip", "multilingual", "vqa", "video", "audio"],
+        choices=["clip", "multilingual", "vqa", "video", "audio", "knowledge"],
     )
     de.add_argument("--recipes", default=None,
                     help="vqa: comma list of VL recipes (default: all six tiny ones); "
                     "video: of videoclip_tiny (default), video_clip_tiny, videobert_tiny, "
                     "cbt_tiny; audio: of clap_tiny, audio_image_tiny, wav2vec2_tiny, "
-                    "hubert_tiny, speechbert_tiny (default: clap_tiny,wav2vec2_tiny)")  # fmt: skip
+                    "hubert_tiny, speechbert_tiny (default: clap_tiny,wav2vec2_tiny); "
+                    "knowledge: of ernie_tiny (default), kbert_tiny, kepler_tiny, "
+                    "ernie_vl_tiny")  # fmt: skip
     de.add_argument("--qa-steps", type=int, default=0,
                     help="video: video QA fine-tuning steps (0: no QA)")  # fmt: skip
     de.add_argument("--out", default=None, help="default: runs/demo-<study>")
@@ -1104,11 +1114,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=0,
-        help="pre-training steps (0: clip 2500, multilingual 2000, else the recipe's)",
+        help="pre-training steps (0: clip 2500, multilingual 2000, knowledge 1500, else the "
+        "recipe's)",
     )
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
     de.add_argument("--ft-steps", type=int, default=0,
-                    help="fine-tuning steps (0: the study's own, 1500; audio: 600)")  # fmt: skip
+                    help="fine-tuning steps (0: the study's own, 1500; audio: 600; "
+                    "knowledge: 300)")  # fmt: skip
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip
