@@ -628,7 +628,8 @@ class SearchIndex:
         return found[:k]
 
     def _rerank(self, found: list, rerank_k: int, side: str, text_side: str, query: Sample) -> list:
-        """ITM scores of the top ``rerank_k``; those come first, by ITM score."""
+        """ITM scores of the top ``rerank_k``; those come first, by ITM score plus the
+        contrastive logit."""
         top = found[:rerank_k]
         samples = []
         for _, number, _, _ in top:
@@ -641,7 +642,11 @@ class SearchIndex:
                     f"item {key!r} ({shard}): {e}"
                 ) from None
         itm_K = self.enc.rerank_scores(side, samples, text_side, query)
-        order = np.argsort(-itm_K, kind="stable")
+        # ALBEF's rule, as mmptm eval retrieval (mmptm/eval/retrieval.py: similarity): ITM plus
+        # the contrastive logit (the cosine at the head's learned scale)
+        scale = float(self.enc.head.scale().detach())
+        combined_K = itm_K + scale * np.array([score for score, *_ in top])
+        order = np.argsort(-combined_K, kind="stable")
         reranked = [(*top[o][:3], float(itm_K[o])) for o in order]
         return reranked + found[rerank_k:]
 

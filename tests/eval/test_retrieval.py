@@ -68,6 +68,9 @@ class _FirstStage(Contrastive):
         torch.nn.Module.__init__(self)
         self.cfg = Contrastive.Config(modalities=["image", "text"])
 
+    def scale(self):
+        return torch.tensor(3.0)
+
     def embed(self, out, modality):
         idx = out.pooled["idx"]
         n = 6
@@ -90,10 +93,20 @@ class _Oracle(ImageTextMatching):
         return (out.pooled["img"] == out.pooled["txt"]).float() * 10.0
 
 
-class _Stub(torch.nn.Module):
+class _Undecided(ImageTextMatching):
+    """ITM that scores every pair alike."""
+
     def __init__(self):
+        torch.nn.Module.__init__(self)
+
+    def score(self, out):
+        return torch.zeros(len(out.pooled["img"]))
+
+
+class _Stub(torch.nn.Module):
+    def __init__(self, itm=None):
         super().__init__()
-        self.objectives = torch.nn.ModuleDict({"c": _FirstStage(), "i": _Oracle()})
+        self.objectives = torch.nn.ModuleDict({"c": _FirstStage(), "i": itm or _Oracle()})
 
     def fuse(self, batch):
         from mmptm.fusion.base import FusionOutput
@@ -125,6 +138,16 @@ def test_itm_reranking_of_a_first_stage():
     assert reranked["i2t_R@1"] == 1.0 and reranked["t2i_R@1"] == 1.0
     i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, rerank_k=1)
     assert recall_at_k(i2t, sim_t2i_IT=t2i)["i2t_R@1"] == 0.0  # the truth was not in the top 1
+    # ALBEF's rule: ITM + the contrastive logit (scale 3 x the dot product), so an ITM that
+    # cannot tell the top k apart leaves the first stage's order (ITM alone left ties)
+    i2t, _ = similarity(_Stub(_Undecided()), data, sides, torch.device("cpu"), batch_size=4,
+                        rerank_k=3)  # fmt: skip
+    top3 = first_i2t.topk(3, dim=1).indices
+    assert torch.equal(i2t.topk(3, dim=1).indices, top3)
+    picked = i2t.gather(1, top3)
+    torch.testing.assert_close(
+        picked - picked[:, :1], 3.0 * (first_i2t.gather(1, top3) - first_i2t.gather(1, top3[:, :1]))
+    )
 
 
 def _with_reversed(src, dst, partner) -> None:

@@ -63,7 +63,10 @@ def test_albef_reranks_the_first_stage_with_itm(tiny_world, tmp_path):
     want = itm_scores(itm, model, data, sides, rows, torch.full((4,), query_row),
                       torch.device("cpu"), 3)  # fmt: skip
     np.testing.assert_allclose([h.itm for h in hits[:4]], want.numpy(), atol=1e-4)
-    assert [h.itm for h in hits[:4]] == sorted((h.itm for h in hits[:4]), reverse=True)
+    # ordered by ITM + the contrastive logit (ALBEF's rule, as evaluation)
+    contrastive, _ = retrieval_heads(model)
+    combined = [h.itm + float(contrastive.scale()) * h.score for h in hits[:4]]
+    assert combined == sorted(combined, reverse=True)
     with pytest.raises(ValueError, match="side 'text' is text"):
         index.search_text(caption, side="text", rerank_k=4)
 

@@ -31,7 +31,8 @@ def test_demo_knowledge_with_and_without_the_graph(tmp_path, capsys):
             assert sorted(langs) == ["de", "en", "es", "fr", "ru"]
             for g in GROUPS:  # the mean over languages of each group
                 assert row["cloze"][wording][g] == pytest.approx(
-                    sum(v[g] for v in langs.values()) / 5)
+                    sum(v[g] for v in langs.values()) / 5
+                )
         for task in ("typing", "relations"):
             assert all(0 <= row[task][g] <= 1 for g in GROUPS)
     # the cloze numbers are what the probe gives on the run, in the training text's wording
