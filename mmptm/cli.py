@@ -547,7 +547,7 @@ def _demo(args: argparse.Namespace) -> int:
 
         knowledge_study(
             out, recipes=tuple(args.recipes.split(",")) if args.recipes else KNOWLEDGE_DEMO,
-            n_train=args.n_train, n_test=args.n_test, steps=args.steps or 1500,
+            n_train=args.n_train, n_test=args.n_test, steps=args.steps or 1200,
             ft_steps=args.ft_steps or 300, seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
     elif args.study == "vqa":
@@ -1114,7 +1114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=0,
-        help="pre-training steps (0: clip 2500, multilingual 2000, knowledge 1500, else the "
+        help="pre-training steps (0: clip 2500, multilingual 2000, knowledge 1200, else the "
         "recipe's)",
     )
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")

@@ -188,7 +188,7 @@ def knowledge_study(
     recipes: Sequence[str] = KNOWLEDGE_DEMO,
     n_train: int = 4000,
     n_test: int = 500,
-    steps: int = 1500,
+    steps: int = 1200,
     ft_steps: int = 300,
     kge_epochs: int = 300,
     languages: Sequence[str] = LANGS,
