@@ -164,8 +164,19 @@ class InjectTriples:
         copied = {k: batch[f"{p}{k}"] for k in ("segment_ids", "lang_ids") if f"{p}{k}" in batch}
         for k, t in copied.items():
             out[k] = torch.zeros(B, L2, dtype=t.dtype)
-        out["entity_ids"] = torch.full((B, L2), -1, dtype=torch.long)
-        out["entity_mask"] = torch.zeros(B, L2, dtype=torch.bool)
+        # every span annotation of the text plug-in (``<name>_ids`` + ``<name>_mask``: the
+        # entity mentions, a fine-tuning head's mention or subject / object spans) follows its
+        # tokens into the tree; branch tokens are in none
+        spans = {
+            k[len(p) : -len("_ids")]: (batch[k], batch[f"{k[: -len('_ids')]}_mask"])
+            for k in batch
+            if k.startswith(p) and k.endswith("_ids") and f"{k[: -len('_ids')]}_mask" in batch
+            and k[len(p) :] not in ("input_ids", "segment_ids", "lang_ids", "position_ids")
+            and batch[k].shape == ids_BL.shape
+        }  # fmt: skip
+        for name in spans:
+            out[f"{name}_ids"] = torch.full((B, L2), -1, dtype=torch.long)
+            out[f"{name}_mask"] = torch.zeros(B, L2, dtype=torch.bool)
         for b, (ids, pos, injected, vis, source) in enumerate(rows):
             m = len(ids)
             src = torch.tensor(source)
@@ -177,8 +188,9 @@ class InjectTriples:
             out["visible_mask"][b, :m, :m] = vis
             for k, t in copied.items():
                 out[k][b, :m] = t[b, src]
-            out["entity_ids"][b, :m] = torch.where(inj, -1, ents_BL[b, src])
-            out["entity_mask"][b, :m] = inside_BL[b, src] & ~inj
+            for name, (span_ids_BL, span_mask_BL) in spans.items():
+                out[f"{name}_ids"][b, :m] = torch.where(inj, -1, span_ids_BL[b, src])
+                out[f"{name}_mask"][b, :m] = span_mask_BL[b, src] & ~inj
         batch.update({p + k: v for k, v in out.items()})
         return batch
 

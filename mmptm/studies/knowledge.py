@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmptm.config import load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.converters_spans import convert_spans
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
@@ -65,37 +66,20 @@ CLOZE_WORDINGS = {"text wording": 1, "paraphrase": 0}
 GROUPS = ("text", "graph")
 
 
-def _data_overrides(data: Path, kind: str) -> list[str]:
-    """Point a knowledge recipe at the study's data (recipes name ``data/toyworld``)."""
-    k = data / "knowledge"
-    over = [f"data.tokenizer={data}/tokenizer.model"]
-    splits = {"train": "train", "val": "val", "test": "test"}
-    if kind == "vl":
-        over += [f"data.{s}={k}/image_text/{f}-*.tar" for s, f in splits.items()]
-    elif kind == "triples":
-        over += [f"data.{s}={k}/text/{f}-*.tar" for s, f in splits.items() if s != "train"]
-        over += [f"data.sources.text.shards={k}/text/train-*.tar",
-                 f"data.sources.triples.shards={k}/triples/train-*.tar",
-                 f"model.objectives.ke.relations={k}/triples/relations.txt"]  # fmt: skip
-    else:
-        over += [f"data.{s}={k}/text/{f}-*.tar" for s, f in splits.items()]
-    return over
+def _relocated(recipe: str, data: Path) -> list[str]:
+    """Overrides that move every ``data/toyworld`` path of a recipe (its shards, tokenizer,
+    entity vectors, graph, aliases, relation list) to the study's data, which has the same
+    layout."""
+    over: list[str] = []
 
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, str) and node.startswith("data/toyworld"):
+            over.append(f"{key}={node.replace('data/toyworld', str(data), 1)}")
 
-def _recipe_paths(recipe: str, data: Path) -> list[str]:
-    """The recipe's own knowledge files (entity vectors, graph, aliases) under ``data``."""
-    tree = load_run_config(f"configs/pretrain/{recipe}.yaml").model
-    over = []
-    fusion = tree.fusion
-    entities = getattr(fusion, "entities", None)
-    if entities is not None and getattr(entities, "embeddings", ""):
-        over.append(f"model.fusion.entities.embeddings={data}/knowledge/transe")
-    for key in ("graph", "relation_names"):
-        value = getattr(fusion, key, "")
-        if isinstance(value, str) and value:
-            over.append(f"model.fusion.{key}={value.replace('data/toyworld', str(data))}")
-    for lang, path in (getattr(fusion, "aliases", None) or {}).items():
-        over.append(f"model.fusion.aliases.{lang}={path.replace('data/toyworld', str(data))}")
+    walk(load_yaml_tree(f"configs/pretrain/{recipe}.yaml"), "")
     return over
 
 
@@ -222,7 +206,7 @@ def knowledge_study(
             t0 = time.monotonic()
             cfg = load_run_config(f"configs/pretrain/{recipe}.yaml", [
                 f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}",
-                *_data_overrides(data, kind), *_recipe_paths(recipe, data), *extra, *overrides,
+                *_relocated(recipe, data), *extra, *overrides,
             ])  # fmt: skip
             pretrain(cfg)
             times[f"pre-training {name}"] = time.monotonic() - t0

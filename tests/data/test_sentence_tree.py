@@ -94,6 +94,23 @@ def test_injection_caps_languages_and_carried_keys():
     assert not none["injected_mask"].any()
 
 
+def test_every_span_annotation_follows_its_tokens_into_the_tree():
+    """A fine-tuning head's spans (typing's ``mention``) must point at the same tokens after
+    injection as before, and at no branch token."""
+    tok = _Tok()
+    batch = _batch()
+    # row 0: the mention span on x (position 2), row 1 on y (position 3); ids at the first piece
+    batch["mention_mask"] = torch.zeros(2, 6, dtype=torch.bool)
+    batch["mention_mask"][0, 2] = batch["mention_mask"][1, 3] = True
+    batch["mention_ids"] = torch.where(batch["mention_mask"], 0, -1)
+    b = _stage(tok)(batch, torch.Generator())
+    for row, token in ((0, 11), (1, 15)):  # x, y
+        (at,) = b["mention_mask"][row].nonzero()[:, 0].tolist()
+        assert b["input_ids"][row, at] == token
+        assert b["mention_ids"][row, at] == 0 and (b["mention_ids"][row] == 0).sum() == 1
+    assert not b["mention_mask"][b["injected_mask"]].any()
+
+
 def test_mlm_never_masks_injected_tokens():
     from mmptm.objectives.mlm import MaskTokens
 

@@ -16,14 +16,15 @@ from mmptm.studies.knowledge import CLOZE_WORDINGS, GROUPS
 def test_demo_knowledge_with_and_without_the_graph(tmp_path, capsys):
     out = tmp_path / "demo"
     argv = ["demo", "knowledge", "--out", str(out), "--n-train", "48", "--n-test", "16",
-            "--steps", "3", "--ft-steps", "2", "--recipes", "ernie_tiny,ernie_vl_tiny",
+            "--steps", "3", "--ft-steps", "2",
+            "--recipes", "ernie_tiny,kbert_tiny,kepler_tiny,ernie_vl_tiny",
             "--set", "data.batch_size=8", "--set", "data.num_workers=0"]  # fmt: skip
     assert main(argv) == 0
     result = json.loads((out / "results.json").read_text())
     runs = result["runs"]
-    assert list(runs) == ["ernie_tiny with graph", "ernie_tiny without graph",
-                          "ernie_vl_tiny with graph", "ernie_vl_tiny without graph"]  # fmt: skip
-    for name in ("ernie_tiny with graph", "ernie_tiny without graph"):
+    recipes = ("ernie_tiny", "kbert_tiny", "kepler_tiny", "ernie_vl_tiny")
+    assert list(runs) == [f"{r} {g}" for r in recipes for g in ("with graph", "without graph")]
+    for name in [n for n in runs if not n.startswith("ernie_vl")]:
         row = runs[name]
         assert set(row) == {"cloze", "typing", "relations"}
         for wording in CLOZE_WORDINGS:
