@@ -37,7 +37,7 @@ from mmptm.batch import KEY, RECORD
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.pipeline import StreamConfig, SubSource, single_pass
 from mmptm.data.shards import count_samples, expand_shards, read_sample
-from mmptm.eval.retrieval import objective_types
+from mmptm.eval.retrieval import albef_rerank_score, objective_types
 from mmptm.modalities.base import Sample
 from mmptm.modalities.sentences import every_segment
 from mmptm.registry import MODALITIES
@@ -628,8 +628,8 @@ class SearchIndex:
         return found[:k]
 
     def _rerank(self, found: list, rerank_k: int, side: str, text_side: str, query: Sample) -> list:
-        """ITM scores of the top ``rerank_k``; those come first, by ITM score plus the
-        contrastive logit."""
+        """ITM scores of the top ``rerank_k``; those come first, ordered by
+        :func:`albef_rerank_score` (as evaluation)."""
         top = found[:rerank_k]
         samples = []
         for _, number, _, _ in top:
@@ -642,10 +642,8 @@ class SearchIndex:
                     f"item {key!r} ({shard}): {e}"
                 ) from None
         itm_K = self.enc.rerank_scores(side, samples, text_side, query)
-        # ALBEF's rule, as mmptm eval retrieval (mmptm/eval/retrieval.py: similarity): ITM plus
-        # the contrastive logit (the cosine at the head's learned scale)
-        scale = float(self.enc.head.scale().detach())
-        combined_K = itm_K + scale * np.array([score for score, *_ in top])
+        cosine_K = np.array([score for score, *_ in top])
+        combined_K = albef_rerank_score(itm_K, cosine_K, self.enc.head)
         order = np.argsort(-combined_K, kind="stable")
         reranked = [(*top[o][:3], float(itm_K[o])) for o in order]
         return reranked + found[rerank_k:]

@@ -51,13 +51,13 @@ from mmptm.train.trainer import pretrain
 
 log = logging.getLogger(__name__)
 
-#: recipe → (what the knowledge data provides: text | vl | triples, the "without the
-#: graph" overrides: same architecture, steps and data, no knowledge)
+#: recipe → (how it is scored: text (cloze, typing, relations) | vqa (knowledge VQA), the
+#: "without the graph" overrides: same architecture, steps and data, no knowledge)
 KNOWLEDGE_RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ernie_tiny": ("text", ("model.fusion.knowledge=false",)),
     "kbert_tiny": ("text", ("model.fusion.knowledge=false",)),
-    "kepler_tiny": ("triples", ("data.sources.triples.weight=0",)),
-    "ernie_vl_tiny": ("vl", ("model.fusion.knowledge=false",)),
+    "kepler_tiny": ("text", ("data.sources.triples.weight=0",)),
+    "ernie_vl_tiny": ("vqa", ("model.fusion.knowledge=false",)),
 }
 KNOWLEDGE_DEMO = ("ernie_tiny",)
 LANGS = ("en", "de", "fr", "ru", "es")
@@ -212,7 +212,7 @@ def knowledge_study(
             times[f"pre-training {name}"] = time.monotonic() - t0
             t0 = time.monotonic()
             row: dict[str, Any] = {}
-            if kind == "vl":
+            if kind == "vqa":
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
                 row["cloze"] = _cloze(run, data, languages)
