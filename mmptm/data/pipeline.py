@@ -51,6 +51,11 @@ class SourceConfig:
     #: into one sequence (TLM) or ``stack`` them as separate rows of one batch
     #: (sentence-level contrastive over ``[text, text]``); see ``modalities/text.py``
     pairs: Literal["join", "stack"] = "join"
+    #: pack the source's rows into sequences of up to this many tokens, each sample attending
+    #: only to itself (XLM's streams without the cross-sentence attention): no compute spent
+    #: on padding, the same outputs per sample. Token-level objectives only (MLM / TLM);
+    #: 0 = off. See ``PackRows`` in ``modalities/text.py``
+    pack: int = bounded(0, ge=0)
 
 
 @dataclass
@@ -67,6 +72,8 @@ class DataConfig:
     tokenizer: str = ""
     batch_size: int = bounded(32, ge=1)
     num_workers: int = bounded(0, ge=0)
+    #: ``pack`` (see ``SourceConfig``) for the ``train`` shards; sources set their own
+    pack: int = bounded(0, ge=0)
     #: samples; 0 or 1 = no shuffle
     shuffle_buffer: int = bounded(1000, ge=0)
     #: sample shards with replacement forever instead of per-epoch permutations
@@ -544,6 +551,19 @@ def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
     return subs
 
 
+def packed_sources(cfg: DataConfig) -> dict[str, int]:
+    """Training source name → tokens per packed row, for the sources that pack ("" names the
+    batches of ``data.train``, which carry no source)."""
+    if cfg.sources:
+        if cfg.pack:
+            raise ValueError(
+                "data.pack packs the batches of data.train; with data.sources, set "
+                "data.sources.<name>.pack instead"
+            )
+        return {name: src.pack for name, src in cfg.sources.items() if src.pack}
+    return {"": cfg.pack} if cfg.pack else {}
+
+
 def stream_config(
     cfg: DataConfig,
     tokenizer: Any,
@@ -576,7 +596,9 @@ def stream_config(
     if not needs:
         raise ValueError("the model declares no data it reads")
     context = DataContext(
-        tokenizer=tokenizer, pairs={name: src.pairs for name, src in cfg.sources.items()}
+        tokenizer=tokenizer,
+        pairs={name: src.pairs for name, src in cfg.sources.items()},
+        pack=packed_sources(cfg) if split == "train" else {},
     )
     modalities = build_modalities(needs, cfg.modalities, context)
     stages = [t for m in modalities for t in m.transforms()] + list(transforms)

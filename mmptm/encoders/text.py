@@ -108,17 +108,19 @@ class TextEncoder(Encoder):
         p = self.prefix
         ids_BL = batch[f"{p}input_ids"]
         B, L = ids_BL.shape
-        if L + self.cfg.position_offset > self.cfg.max_positions:
-            raise ValueError(
-                f"text of length {L} (+ position_offset {self.cfg.position_offset}) exceeds "
-                f"max_positions={self.cfg.max_positions} "
-                "(raise model.encoders.<text>.max_positions or lower data.max_text_len)"
-            )
         mask_BL = batch.get(f"{p}attention_mask")
         mask_BL = torch.ones_like(ids_BL, dtype=torch.bool) if mask_BL is None else mask_BL.bool()
         pos_BL = batch.get(f"{p}position_ids")
+        # packed rows and joined pairs restart their positions: the largest one is what counts
+        n = L if pos_BL is None else int(pos_BL.max()) + 1 if pos_BL.numel() else 0
         if pos_BL is None:
             pos_BL = torch.arange(L, device=ids_BL.device).expand(B, L)
+        if n + self.cfg.position_offset > self.cfg.max_positions:
+            raise ValueError(
+                f"text of {n} positions (+ position_offset {self.cfg.position_offset}) exceeds "
+                f"max_positions={self.cfg.max_positions} (raise model.encoders.<text>."
+                "max_positions or lower data.modalities.text.max_len)"
+            )
         x_BLD = self.word(ids_BL) + self.position(pos_BL + self.cfg.position_offset)
         if self.segment is not None:
             seg_BL = batch.get(f"{p}segment_ids")

@@ -60,6 +60,9 @@ class Fusion(nn.Module):
     #: whether the modalities may come at widths of their own (``model.widths``): only a
     #: fusion without cross-modal layers, whose towers never mix the streams
     per_view_widths: ClassVar[bool] = False
+    #: whether the text view's ``visible_mask [B,L,L]`` limits its attention (needed by
+    #: packed rows: ``data.sources.<name>.pack``)
+    reads_visible_mask: ClassVar[bool] = False
 
     def data_needs(self) -> dict[str, Need]:
         """Data this module reads besides the encoders' tokens (default: none)."""

@@ -4,8 +4,8 @@ limited by each sentence's visible matrix.
 The knowledge injection itself is a data stage (:mod:`mmptm.data.sentence_tree`): this
 fusion declares it with the graph settings, and the text plug-in's mention spans with the
 entity id list, so the recipe states them once. In the forward pass the text view's
-``visible_mask [B,L,L]`` replaces its key-padding mask (other modalities, if any, see and
-are seen as usual); soft positions arrive as the text view's ``position_ids``.
+``visible_mask [B,L,L]`` replaces its key-padding mask (``single_stream`` honours it);
+soft positions arrive as the text view's ``position_ids``.
 ``knowledge: false`` injects nothing (``max_triples: 0``): the same model without the graph.
 """
 
@@ -13,11 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-
 import mmptm.data.sentence_tree  # noqa: F401 (registers the sentence_tree plug-in)
-from mmptm.batch import Batch
-from mmptm.encoders.base import ModalityTokens
 from mmptm.fusion.single_stream import SingleStreamFusion
 from mmptm.modalities.base import Need
 from mmptm.registry import FUSIONS
@@ -58,27 +54,3 @@ class KBertFusion(SingleStreamFusion):
             "max_triples": c.max_triples if c.knowledge else 0, "max_len": c.max_len,
         }  # fmt: skip
         return {"text": Need("text", text), "sentence_tree": Need("sentence_tree", tree)}
-
-    def visibility(
-        self, tokens: dict[str, ModalityTokens], batch: Batch | None
-    ) -> torch.Tensor | None:
-        vis_BLL = batch.get("visible_mask") if batch is not None else None
-        if vis_BLL is None or "text" not in tokens:
-            return None
-        mask_BN = torch.cat([t.mask for t in tokens.values()], dim=1)
-        B, N = mask_BN.shape
-        full_BNN = mask_BN[:, None, :].expand(B, N, N).clone()
-        start = 0
-        for m, t in tokens.items():  # the text block of the joint matrix
-            if m == "text":
-                L = t.mask.shape[1]
-                block_BLL = full_BNN[:, start : start + L, start : start + L]
-                # a padding query keeps the plain key mask: a row seeing nothing gives NaN
-                real_BL1 = t.mask[:, :, None]
-                vis = vis_BLL.to(mask_BN.device)
-                full_BNN[:, start : start + L, start : start + L] = torch.where(
-                    real_BL1, block_BLL & vis, block_BLL
-                )
-                break
-            start += t.mask.shape[1]
-        return full_BNN

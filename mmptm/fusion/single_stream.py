@@ -10,6 +10,7 @@ so a contrastive objective can align the modalities before they meet.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -24,6 +25,8 @@ from mmptm.registry import FUSIONS
 @FUSIONS.register("single_stream")
 class SingleStreamFusion(Fusion):
     """One Transformer over the concatenated modalities; ``pooled["joint"]`` is the first token."""
+
+    reads_visible_mask: ClassVar[bool] = True
 
     @dataclass
     class Config:
@@ -79,8 +82,29 @@ class SingleStreamFusion(Fusion):
         self, tokens: dict[str, ModalityTokens], batch: Batch | None
     ) -> torch.Tensor | None:
         """A [B,N,N] visibility matrix over the concatenated tokens (True = may attend), or
-        None for the key-padding mask alone (the default; K-BERT's fusion gives one)."""
-        return None
+        None for the key-padding mask alone. The text view's ``visible_mask [B,L,L]`` (K-BERT's
+        sentence trees, packed rows) replaces the key-padding mask within the text; other
+        modalities, if any, see and are seen as usual."""
+        vis_BLL = batch.get("visible_mask") if batch is not None else None
+        if vis_BLL is None or "text" not in tokens:
+            return None
+        mask_BN = torch.cat([t.mask for t in tokens.values()], dim=1)
+        B, N = mask_BN.shape
+        full_BNN = mask_BN[:, None, :].expand(B, N, N).clone()
+        start = 0
+        for m, t in tokens.items():  # the text block of the joint matrix
+            if m == "text":
+                L = t.mask.shape[1]
+                block_BLL = full_BNN[:, start : start + L, start : start + L]
+                # a padding query keeps the plain key mask: a row seeing nothing gives NaN
+                real_BL1 = t.mask[:, :, None]
+                vis = vis_BLL.to(mask_BN.device)
+                full_BNN[:, start : start + L, start : start + L] = torch.where(
+                    real_BL1, block_BLL & vis, block_BLL
+                )
+                break
+            start += t.mask.shape[1]
+        return full_BNN
 
     def _joint(
         self, tokens: dict[str, ModalityTokens], visible_BNN: torch.Tensor | None = None

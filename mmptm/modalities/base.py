@@ -54,6 +54,9 @@ class DataContext:
     needs: Mapping[str, Need] = field(default_factory=dict)
     #: ``data.sources`` name → how its two-sentence samples are packed: join | stack
     pairs: Mapping[str, str] = field(default_factory=dict)
+    #: training source name → tokens per packed row ("" = ``data.train``): the sources whose
+    #: rows the text plug-in packs (``data.sources.<name>.pack``)
+    pack: Mapping[str, int] = field(default_factory=dict)
 
 
 class Modality:

@@ -265,11 +265,19 @@ class TextData(Modality):
         return batch
 
     def transforms(self) -> list[Any]:
-        if len(self.views) == 2:  # the model reads both sentences: nothing to pack
-            return []
-        stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
-        first, second = self.prefixes
-        return [PackPairs(self.fills, first, second, self.cfg.restart_positions, stack)]
+        stages: list[Any] = []
+        if len(self.views) == 1:  # a pair's second sentence joins or stacks onto the first
+            stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
+            first, second = self.prefixes
+            stages.append(PackPairs(self.fills, first, second, self.cfg.restart_positions, stack))
+        if self.context.pack:
+            if len(self.views) == 2:
+                raise ValueError(
+                    f"data.sources {sorted(self.context.pack)} pack rows, but the model reads "
+                    f"two text views ({self.views}): packing needs one"
+                )
+            stages.append(PackRows(dict(self.context.pack), self.prefixes[0], self.fills))
+        return stages
 
 
 def _is_int(v: Any) -> bool:
@@ -374,3 +382,93 @@ class PackPairs:
         batch[KEY] = list(batch[KEY]) * 2
         batch[PAIRS] = "stacked"
         return batch
+
+
+@dataclass
+class PackRows:
+    """Packs a batch's text rows into fewer, longer rows (a transform, priority 18).
+
+    For the sources named in ``pack`` (source → tokens per row; "" = batches of
+    ``data.train``), each row's real tokens go, in row order, into the first packed row with
+    room (first fit); ``visible_mask [R,P,P]`` lets each token see only the tokens of its
+    own sample (and, where a row already had a visible matrix, e.g. K-BERT's, only those it
+    allowed), and ``position_ids`` continue each sample's own positions. A fusion that
+    honours visible matrices (``single_stream``) then gives every token the output it would
+    have unpacked, without computing padding: short sentences padded to a batch's longest
+    spend most of a step on padding otherwise. Every per-token key of the view travels
+    along; runs after pair joining and K-BERT's tree (15, 16), before masking (20). The
+    sample keys (``__key__``) stay one per sample: rows are no longer samples, so only
+    token-level objectives (MLM, TLM) may train on packed batches.
+    """
+
+    data_priority: ClassVar[int] = 18
+
+    pack: dict[str, int]
+    #: key prefix of the text view
+    prefix: str = ""
+    #: per-token keys → padding value (``input_ids``: the pad id); other keys pad with 0
+    fills: dict[str, int | bool] = field(default_factory=dict)
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        source = batch_source(batch)
+        size = self.pack.get(source, 0)
+        if not size:
+            return batch
+        p = self.prefix
+        real_BL = batch[f"{p}attention_mask"]
+        B, L = real_BL.shape
+        len_B = real_BL.sum(1)
+        if not torch.equal(real_BL, torch.arange(L)[None, :] < len_B[:, None]):
+            raise ValueError("packing needs each row's real tokens first, then its padding")
+        if int(len_B.max()) > size:
+            where = f"data.sources.{source}.pack" if source else "data.pack"
+            raise ValueError(
+                f"{where}={size} is shorter than a row of {int(len_B.max())} tokens: raise it "
+                "to at least data.modalities.text.max_len (twice that for joined pairs)"
+            )
+        per_token = [k for k, v in batch.items() if _is_rows(v, B) and v.shape[1:] == (L,)]
+        vis = batch.get("visible_mask")
+        other = [
+            k for k, v in batch.items()
+            if _is_rows(v, B) and k not in per_token and k != "visible_mask"
+        ]  # fmt: skip
+        if other or (vis is not None and vis.shape != (B, L, L)):
+            raise ValueError(
+                f"packing packs the rows of the text view alone; the batch also has per-row "
+                f"{other or ['visible_mask']} (a source with pack must feed only the text)"
+            )
+        # first fit, in row order: row b goes to packed row bin_B[b] at column start_B[b]
+        fill: list[int] = []
+        bin_B, start_B = torch.empty(B, dtype=torch.long), torch.empty(B, dtype=torch.long)
+        for b, n in enumerate(len_B.tolist()):
+            r = next((r for r, used in enumerate(fill) if used + n <= size), len(fill))
+            if r == len(fill):
+                fill.append(0)
+            bin_B[b], start_B[b] = r, fill[r]
+            fill[r] += n
+        R, P = len(fill), max(fill)
+        rows, cols = real_BL.nonzero(as_tuple=True)
+        out_r, out_c = bin_B[rows], start_B[rows] + cols
+        # where each packed slot came from (sample, column); -1 = padding
+        sample_RP = torch.full((R, P), -1, dtype=torch.long)
+        column_RP = torch.zeros(R, P, dtype=torch.long)
+        sample_RP[out_r, out_c], column_RP[out_r, out_c] = rows, cols
+        if f"{p}position_ids" not in batch:
+            batch[f"{p}position_ids"] = torch.arange(L).expand(B, L)
+            per_token.append(f"{p}position_ids")
+        for key in per_token:
+            v_BL = batch[key]
+            fill = self.fills.get(key[len(p) :], 0) if key.startswith(p) else 0
+            out = torch.full((R, P), fill, dtype=v_BL.dtype)
+            out[out_r, out_c] = v_BL[rows, cols]
+            batch[key] = out
+        same_RPP = (sample_RP[:, :, None] == sample_RP[:, None, :]) & (sample_RP >= 0)[:, None, :]
+        if vis is not None:
+            src = sample_RP.clamp(min=0)
+            same_RPP &= vis[src[:, :, None], column_RP[:, :, None], column_RP[:, None, :]]
+        batch["visible_mask"] = same_RPP
+        return batch
+
+
+def _is_rows(v: Any, B: int) -> bool:
+    return isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == B

@@ -6,6 +6,7 @@ per-system code path. Downstream models reuse ``fuse`` with a task head.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,28 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     if cfg.task_mix:
         transforms.append(TaskSampler(dict(cfg.task_mix)))
     return sorted(transforms, key=lambda t: t.data_priority)
+
+
+def check_packing(cfg: ModelConfig, packed: Iterable[str]) -> None:
+    """Packed sources (``data.sources.<name>.pack``; "" = ``data.pack``) need a fusion that
+    honours visible matrices and may train only token-level objectives (rows hold several
+    samples): an error naming the setting and the objective otherwise."""
+    for src in packed:
+        where = f"data.sources.{src}.pack" if src else "data.pack"
+        fusion = FUSIONS.get(cfg.fusion.type)
+        if not fusion.reads_visible_mask:
+            raise ValueError(
+                f"{where}: fusion {cfg.fusion.type!r} cannot keep packed samples apart "
+                "(it reads no visible_mask); use single_stream or unset it"
+            )
+        names = cfg.routes.get(src, list(cfg.objectives)) if src else list(cfg.objectives)
+        rows = [n for n in names if not OBJECTIVES.get(cfg.objectives[n].type).token_level]
+        if rows:
+            raise ValueError(
+                f"{where}: objectives {rows} read whole rows or pooled vectors, and a packed "
+                f"row holds several samples; route them to a source without pack "
+                f"(model.routes) or unset it"
+            )
 
 
 def view_widths(cfg: ModelConfig) -> dict[str, int]:

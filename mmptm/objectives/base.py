@@ -24,6 +24,10 @@ from mmptm.modalities.base import Need
 class Objective(nn.Module):
     """Base class of the loss sides; subclasses register with ``OBJECTIVES``."""
 
+    #: whether its loss is a sum over tokens that may train on packed rows (several samples
+    #: per row: ``data.sources.<name>.pack``); a loss over rows or pooled vectors may not
+    token_level: ClassVar[bool] = False
+
     @classmethod
     def data_transform(cls, cfg, vocab: VocabInfo) -> BatchTransform | None:
         """The objective's data side for this config, or None when it needs none."""

@@ -122,6 +122,8 @@ class MaskTokens:
 class MaskedLM(Objective):
     """MLM head tied to the text encoder's word embeddings."""
 
+    token_level: ClassVar[bool] = True
+
     @dataclass
     class Config:
         type: str = "mlm"

@@ -37,13 +37,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mmptm.batch import move_to
 from mmptm.config import remove_temporaries, save_config, to_dict
-from mmptm.data.pipeline import DataState, Loader, stream_config
+from mmptm.data.pipeline import DataState, Loader, packed_sources, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.eval.curves import METRICS_FILE
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
-from mmptm.models.pretrain import data_transforms
+from mmptm.models.pretrain import check_packing, data_transforms
 from mmptm.models.run import RunConfig
 from mmptm.objectives.base import Objective
 from mmptm.progress import progress_bar
@@ -221,6 +221,7 @@ class Trainer:
                 f"model.routes names {sorted(unrouted)}, which are not data.sources "
                 f"({sorted(cfg.data.sources)})"
             )
+        check_packing(cfg.model, packed_sources(cfg.data))
         self.stream = stream_config(
             cfg.data,
             self.tokenizer,
