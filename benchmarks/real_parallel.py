@@ -190,20 +190,26 @@ def pretrain(args: argparse.Namespace) -> None:
         print(f"{recipe}: {time.perf_counter() - t0:.0f}s → {run}")
 
 
-def evaluate_run(run: Path, pairs: dict, layers: bool) -> dict[str, dict[str, float]]:
-    """The run's aligned vector (if any) and the mean of the last (or every) layer."""
+def evaluate_run(
+    run: Path, pairs: dict, layers: bool, center: bool = False
+) -> dict[str, dict[str, float]]:
+    """The run's aligned vector (if any) and the mean of the last (or every) layer; with
+    ``center``, each of them also with every language's mean vector subtracted."""
     model, tok, cfg = load_pretrained(str(run))
     vectors = [SentenceVector(name) for name in aligned_objectives(model)]
     vectors.append(SentenceVector("mean"))
     rows = {}
     for v in vectors:
         encode = SentenceEncoder(model, cfg, tok, v)
-        result = xlingual_retrieval(encode, pairs, "en")
-        n = encode.layers  # the mean, last in the list, sets it
-        rows[v.describe(model, n)] = result
+        for c in (False, True) if center else (False,):
+            result = xlingual_retrieval(encode, pairs, "en", c)
+            n = encode.layers  # the mean, last in the list, sets it
+            rows[v.describe(model, n) + (", centered" if c else "")] = result
     for k in range(n if layers else 0):  # middle layers, as XTREME's Tatoeba protocol
         encode = SentenceEncoder(model, cfg, tok, SentenceVector("mean", k))
-        rows[f"mean, layer {k}"] = xlingual_retrieval(encode, pairs, "en")
+        for c in (False, True) if center else (False,):
+            label = f"mean, layer {k}" + (", centered" if c else "")
+            rows[label] = xlingual_retrieval(encode, pairs, "en", c)
     return {k.replace(f"layer {n} of {n}", f"layer {n} (last)"): v for k, v in rows.items()}
 
 
@@ -230,7 +236,9 @@ def evaluate(args: argparse.Namespace) -> None:
     for recipe in args.recipes.split(","):
         if (runs / recipe / "checkpoints").is_dir():
             step = last_metrics(runs / recipe).get("step", "?")
-            results[f"{recipe} ({step} steps)"] = evaluate_run(runs / recipe, pairs, args.layers)
+            results[f"{recipe} ({step} steps)"] = evaluate_run(
+                runs / recipe, pairs, args.layers, args.center
+            )
     (runs / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     md = table(results)
     (runs / "results.md").write_text(md + "\n")
@@ -248,7 +256,7 @@ def curve(args: argparse.Namespace) -> None:
         for ckpt in sorted((runs / recipe / "checkpoints").glob("step_*.pt")):
             name = f"{recipe} (step {int(ckpt.stem.removeprefix('step_'))})"
             if name not in results:
-                results[name] = evaluate_run(ckpt, pairs, args.layers)
+                results[name] = evaluate_run(ckpt, pairs, args.layers, args.center)
                 print(table({name: results[name]}), flush=True)
                 done.write_text(json.dumps(results, indent=1) + "\n")
     (runs / "curve.md").write_text(table(results) + "\n")
@@ -265,6 +273,11 @@ def main() -> None:
     ap.add_argument("--tuned", action="store_true", help="pretrain: add TUNED[recipe]")
     ap.add_argument("--items", type=int, default=1000, help="test pairs per language")
     ap.add_argument("--layers", action="store_true", help="eval: also the mean of every layer")
+    ap.add_argument(
+        "--center",
+        action="store_true",
+        help="eval: also with each language's mean vector subtracted",
+    )
     ap.add_argument("--test", type=int, default=1000, help="prepare: test sentences")
     ap.add_argument("--vocab", type=int, default=8000, help="prepare: BPE pieces")
     ap.add_argument("--packages", nargs="+", default=list(PACKAGES), help="prepare: .deb names")

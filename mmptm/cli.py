@@ -501,7 +501,7 @@ def _eval_xret(args: argparse.Namespace) -> int:
     poolings = ["auto", "mean"] if args.pooling == "auto" else [args.pooling]
     result = evaluate_xlingual_vectors(
         args.run, args.shards, poolings=poolings, layer=args.layer, pivot=args.pivot,
-        max_per_language=args.max_items, overrides=args.overrides,
+        max_per_language=args.max_items, overrides=args.overrides, center=args.center,
     )  # fmt: skip
     print(f"{Path(args.run).name or args.run}: accuracy, both directions, per language")
     print(format_accuracy(result))
@@ -993,6 +993,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="for mean/first: 0 = embeddings, k = block k, -1 = last (default)",
+    )
+    xr.add_argument(
+        "--center",
+        action="store_true",
+        help="subtract each language's mean vector before the cosine (Libovický et al. 2020)",
     )
     xr.set_defaults(fn=_eval_xret)
 

@@ -18,6 +18,11 @@ Which vector stands for a sentence (:class:`SentenceVector`):
   middle layer of MLM models.
 
 ``auto`` is the aligned vector when the model has one, else the mean of the last layer.
+
+``center`` (Libovický et al. 2020, "language-neutral" representations): before the
+cosine, each language's mean vector (over the sentences compared) is subtracted from its
+sentences' vectors, removing what all sentences of a language share (a language embedding,
+a frequency direction) and keeping what tells them apart.
 Legend: N sentences per language, D width, E embedding width.
 """
 
@@ -193,6 +198,11 @@ class SentenceEncoder:
         return F.normalize(torch.cat(out), dim=-1)
 
 
+def centered(v_NE: torch.Tensor) -> torch.Tensor:
+    """One language's vectors less their mean, L2-normalised again (module doc: ``center``)."""
+    return F.normalize(v_NE - v_NE.mean(0, keepdim=True), dim=-1)
+
+
 def retrieval_accuracy(src_NE: torch.Tensor, tgt_NE: torch.Tensor) -> float:
     """Tatoeba accuracy of row i matching row i, both directions averaged."""
     sim_NN = src_NE @ tgt_NE.T
@@ -203,13 +213,19 @@ def retrieval_accuracy(src_NE: torch.Tensor, tgt_NE: torch.Tensor) -> float:
 
 
 def xlingual_retrieval(
-    encode: SentenceEncoder, pairs: dict[str, list[tuple[str, str]]], pivot: str
+    encode: SentenceEncoder,
+    pairs: dict[str, list[tuple[str, str]]],
+    pivot: str,
+    center: bool = False,
 ) -> dict[str, float]:
-    """Accuracy per language and their mean (``avg``) with one sentence encoder."""
+    """Accuracy per language and their mean (``avg``) with one sentence encoder; ``center``:
+    each language's vectors less their mean (module doc)."""
     result = {}
     for lang, pp in sorted(pairs.items()):
         src = encode([p[1] for p in pp], lang, "other")
         tgt = encode([p[0] for p in pp], pivot, "pivot")
+        if center:
+            src, tgt = centered(src), centered(tgt)
         result[lang] = retrieval_accuracy(src, tgt)
     result["avg"] = sum(result.values()) / len(result)
     return result
@@ -224,8 +240,10 @@ def evaluate_xlingual_vectors(
     pivot: str = "en",
     max_per_language: int = 500,
     overrides: Sequence[str] = (),
+    center: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Accuracies per language for each pooling (see the module doc), keyed by its label.
+    """Accuracies per language for each pooling (see the module doc), keyed by its label
+    (", centered" appended with ``center``).
 
     The model is loaded once; the same pooling named twice (``auto`` resolving to ``mean``
     beside ``mean``) is evaluated once.
@@ -235,8 +253,9 @@ def evaluate_xlingual_vectors(
     results = {}
     for vector in dict.fromkeys(SentenceVector.resolve(model, p, layer) for p in poolings):
         encode = SentenceEncoder(model, cfg, tokenizer, vector)
-        result = xlingual_retrieval(encode, pairs, pivot)
-        results[vector.describe(model, encode.layers)] = result
+        result = xlingual_retrieval(encode, pairs, pivot, center)
+        label = vector.describe(model, encode.layers)
+        results[label + (", centered" if center else "")] = result
     return results
 
 

@@ -13,11 +13,13 @@ from conftest import ROOT, cli_error, tiny_overrides
 from mmptm.eval.xlingual import (
     SentenceEncoder,
     SentenceVector,
+    centered,
     evaluate_xlingual,
     evaluate_xlingual_vectors,
     read_pairs,
     retrieval_accuracy,
     text_plugin,
+    xlingual_retrieval,
 )
 from mmptm.models.load import build_model, load_pretrained
 from mmptm.models.run import load_run_config
@@ -157,3 +159,34 @@ def test_eval_xret_reports_the_aligned_vector_and_the_mean(tiny_world, xlco_run,
         assert mean[lang] == pytest.approx(hits / (2 * len(pp)))
     one = evaluate_xlingual_vectors(str(xlco_run), shards, poolings=["mean"], layer=0)
     assert list(one) == ["mean, layer 0 of 3"] and one["mean, layer 0 of 3"] != mean
+
+
+def test_centering_removes_each_languages_mean_before_the_cosine():
+    en = torch.tensor([[1.0, 0.0, 5.0], [0.0, 1.0, 5.0]])
+    xx = torch.tensor([[2.0, 0.0, -5.0], [0.0, 0.5, -5.0]])
+    vectors = {"en": F.normalize(en, dim=-1), "xx": F.normalize(xx, dim=-1)}
+
+    def encode(texts, lang, side="pivot"):
+        return vectors[lang]
+
+    pairs = {"xx": [("a", "b"), ("c", "d")]}
+    # by hand: uncentered, xx→en finds both, en→xx only the first (cosines -0.91 vs -0.96
+    # send en row 1 to xx row 0): (1 + 1/2) / 2
+    assert xlingual_retrieval(encode, pairs, "en")["xx"] == pytest.approx(0.75)
+    # centered, en rows become ±[1, -1, 0]/√2 and xx rows ±[1, -0.25, 0]/|·|: all found
+    assert centered(vectors["en"]) == pytest.approx(torch.tensor([[0.5**0.5, -(0.5**0.5), 0.0],
+                                                                  [-(0.5**0.5), 0.5**0.5, 0.0]]),
+                                                    abs=1e-6)  # fmt: skip
+    assert xlingual_retrieval(encode, pairs, "en", center=True)["xx"] == 1.0
+
+
+def test_eval_xret_center_labels_its_rows(tiny_world, xlco_run, capsys):
+    from mmptm.cli import main
+
+    shards = f"{tiny_world}/parallel/test-*.tar"
+    assert main(["eval", "xret", str(xlco_run), "--shards", shards, "--pooling", "mean",
+                 "--center"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert list(result) == ["mean, layer 3 of 3, centered"]
+    want = evaluate_xlingual_vectors(str(xlco_run), shards, poolings=["mean"], center=True)
+    assert result == want
