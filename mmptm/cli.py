@@ -333,8 +333,11 @@ def _eval_retrieval(args: argparse.Namespace) -> int:
         rerank_k=args.rerank_k,
         overrides=overrides,
         captions=args.captions,
+        itm_all=args.itm_all,
     )
     print(format_table({Path(args.run).name or args.run: result}))
+    if result.get("fused_pairs"):
+        print(f"{result['fused_pairs']:.0f} pairs through the fusion model, {result['seconds']} s")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
@@ -878,6 +881,11 @@ def build_parser() -> argparse.ArgumentParser:
     er.add_argument("--max-items", type=int, default=1000)
     er.add_argument("--batch-size", type=int, default=128)
     er.add_argument("--rerank-k", type=int, default=0, help="re-rank the top-k with ITM")
+    er.add_argument(
+        "--itm-all",
+        action="store_true",
+        help="score every item-text pair with ITM (UNITER's protocol: N² fused pairs)",
+    )
     er.add_argument(
         "--captions",
         type=int,

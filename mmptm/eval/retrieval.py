@@ -12,6 +12,7 @@ Legend: I items, T texts (I == T == N here), E embedding width.
 from __future__ import annotations
 
 import fnmatch
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -199,17 +200,25 @@ def similarity(
     device: torch.device,
     batch_size: int = 128,
     rerank_k: int = 0,
+    itm_all: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Item×text scores [N,N] for item→text and for text→item retrieval.
 
     Dual encoders: the dot product of the contrastive embeddings (both directions alike).
     With an ITM head and ``rerank_k``: the top-k of that cheap first stage, per query, are
     re-scored by ITM plus the contrastive logit (ALBEF) and ranked above the rest. Without a
-    contrastive head: ITM scores every pair (quadratic).
+    contrastive head, or with ``itm_all`` (UNITER's protocol): ITM scores every pair, N²
+    fused pairs.
     """
     n = len(data[KEY])
     contrastive, itm = retrieval_heads(model)
-    if contrastive is None:
+    if itm_all and itm is None:
+        raise ValueError(
+            f"--itm-all scores pairs with an ITM head; this model's objectives are "
+            f"{objective_types(model)}"
+        )
+    if contrastive is None or itm_all:
+        assert itm is not None
         img_P = torch.arange(n).repeat_interleave(n)
         txt_P = torch.arange(n).repeat(n)
         full = itm_scores(itm, model, data, sides, img_P, txt_P, device, batch_size).view(n, n)
@@ -314,13 +323,16 @@ def evaluate_retrieval(
     overrides: Sequence[str] = (),
     device: str = "cpu",
     captions: int = 1,
+    itm_all: bool = False,
 ) -> dict[str, float]:
     """R@1/5/10 (both directions) of a checkpoint on ``split`` (or explicit ``shards``).
 
     The first ``max_items`` samples, decoded as evaluation (the first caption language,
     see ``data.modalities.text.caption_languages``), make one batch padded to its longest.
     ``captions`` > 1: the several-captions protocol (Clotho, AudioCaps: 5 per clip), see
-    :func:`recall_multi`; a dual encoder (contrastive head) only.
+    :func:`recall_multi`; a dual encoder (contrastive head) only. ``itm_all``: ITM scores
+    all N² pairs (see :func:`similarity`). The result also holds what ranking cost:
+    ``fused_pairs`` (pairs through the fusion model) and ``seconds``.
     """
     model, tokenizer, cfg = load_pretrained(path, overrides)
     dev = torch.device(device)
@@ -330,17 +342,24 @@ def evaluate_retrieval(
             "--rerank-k re-ranks with an ITM head (a fusion model, ALBEF style); this model's "
             f"objectives are {objective_types(model)}"
         )
+    if itm_all and rerank_k:
+        raise ValueError("--itm-all scores every pair; --rerank-k re-scores a top k: pick one")
     if captions > 1:
-        if rerank_k:
-            raise ValueError("--rerank-k is not supported with --captions > 1")
+        if rerank_k or itm_all:
+            raise ValueError("--rerank-k and --itm-all are not supported with --captions > 1")
         return _evaluate_multi(
             model, tokenizer, cfg, split, shards, max_items, batch_size, dev, captions
         )
     data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items)
     sides = retrieval_sides(model, stream)
-    sim_i2t, sim_t2i = similarity(model, data, sides, dev, batch_size, rerank_k)
+    t0 = time.perf_counter()
+    sim_i2t, sim_t2i = similarity(model, data, sides, dev, batch_size, rerank_k, itm_all)
+    took = time.perf_counter() - t0
     n = sim_i2t.shape[0]
+    contrastive = retrieval_heads(model)[0]
+    fused = n * n if itm_all or contrastive is None else 2 * n * min(rerank_k, n)
     result = {"n": float(n), **recall_at_k(sim_i2t, sim_t2i_IT=sim_t2i)}
+    result.update({"fused_pairs": float(fused), "seconds": round(took, 2)})
     result.update({f"chance_R@{k}": min(k / n, 1.0) for k in KS})
     return result
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from conftest import ROOT, tiny_overrides
@@ -45,18 +47,24 @@ def test_recall_needs_a_square_matrix():
 
 # dot product / ITM scoring every pair / ITC first stage over regions + ITM re-ranking
 @pytest.mark.parametrize(
-    ("recipe", "rerank_k"), [("clip_tiny", 0), ("vilt_tiny", 0), ("albef_tiny", 3)]
-)
-def test_retrieval_on_a_trained_checkpoint(recipe, rerank_k, tiny_world, tmp_path):
+    ("recipe", "rerank_k", "itm_all"),
+    [("clip_tiny", 0, False), ("vilt_tiny", 0, False), ("albef_tiny", 3, False),
+     ("albef_tiny", 0, True)],
+)  # fmt: skip
+def test_retrieval_on_a_trained_checkpoint(recipe, rerank_k, itm_all, tiny_world, tmp_path):
     cfg = load_run_config(
         str(ROOT / f"configs/pretrain/{recipe}.yaml"),
         [*tiny_overrides(tiny_world, tmp_path, recipe), "train.max_steps=2"],
     )
     pretrain(cfg)
     r = evaluate_retrieval(
-        str(tmp_path), split="val", max_items=12, batch_size=5, rerank_k=rerank_k
-    )
+        str(tmp_path), split="val", max_items=12, batch_size=5, rerank_k=rerank_k,
+        itm_all=itm_all,
+    )  # fmt: skip
     assert r["n"] == 12 and r["chance_R@1"] == pytest.approx(1 / 12)
+    # what ranking cost: every pair (ITM alone), 2 x 12 x k re-scored, none for a dual encoder
+    want = {"vilt_tiny": 144, "albef_tiny": 144 if itm_all else 2 * 12 * 3}.get(recipe, 0)
+    assert r["fused_pairs"] == want and r["seconds"] >= 0
     for d in ("i2t", "t2i"):
         assert 0 <= r[f"{d}_R@1"] <= r[f"{d}_R@5"] <= r[f"{d}_R@10"] <= 1
 
@@ -148,6 +156,24 @@ def test_itm_reranking_of_a_first_stage():
     torch.testing.assert_close(
         picked - picked[:, :1], 3.0 * (first_i2t.gather(1, top3) - first_i2t.gather(1, top3[:, :1]))
     )
+
+
+def test_itm_all_scores_every_pair_with_itm_alone():
+    n = 6
+    data = {
+        "__key__": [str(i) for i in range(n)],
+        "pixels": torch.arange(n).float().view(n, 1, 1, 1).expand(n, 3, 2, 2).clone(),
+        "input_ids": torch.arange(n).view(n, 1),
+    }
+    sides = Sides(("pixels",), ("input_ids",), "image", "text")
+    i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, itm_all=True)
+    # the oracle's scores, every pair: 10 on the diagonal, 0 elsewhere (no first stage)
+    assert torch.equal(i2t, 10.0 * torch.eye(n)) and torch.equal(t2i, i2t)
+    stub = _Stub()
+    del stub.objectives["i"]
+    stub.cfg = SimpleNamespace(objectives={"c": SimpleNamespace(type="contrastive")})
+    with pytest.raises(ValueError, match=r"ITM head; this model's objectives are c \(contrastive"):
+        similarity(stub, data, sides, torch.device("cpu"), itm_all=True)
 
 
 def _with_reversed(src, dst, partner) -> None:
