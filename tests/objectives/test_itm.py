@@ -10,7 +10,12 @@ import torch
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.text import PackPairs
-from mmptm.objectives.itm import ImageTextMatching, SwapNegatives, sample_negatives
+from mmptm.objectives.itm import (
+    ImageTextMatching,
+    SwapNegatives,
+    overlap_partners,
+    sample_negatives,
+)
 from mmptm.objectives.mlm import MaskTokens
 
 VOCAB = VocabInfo(vocab_size=10)
@@ -133,3 +138,39 @@ def test_itm_loss_matches_independent_cross_entropy() -> None:
     torch.testing.assert_close(
         itm.score(_out({"joint": joint})).double(), margin, rtol=1e-5, atol=1e-5
     )
+
+
+# [CLS]=2 [SEP]=3 [PAD]=0 are special; row 3 has row 0's pieces exactly
+OVERLAP_IDS = torch.tensor([
+    [2, 10, 11, 12, 3, 0],
+    [2, 10, 11, 13, 3, 0],
+    [2, 20, 21, 22, 3, 0],
+    [2, 12, 11, 10, 10, 3],
+    [2, 20, 21, 23, 3, 0],
+])  # fmt: skip
+
+
+def test_overlap_partners_take_the_closest_other_caption_never_an_identical_one() -> None:
+    real = OVERLAP_IDS != 0
+    special = torch.tensor([0, 2, 3])
+    for seed in range(20):
+        got = overlap_partners(OVERLAP_IDS, real, special, torch.Generator().manual_seed(seed))
+        # Jaccard by hand over {10,11,12} {10,11,13} {20,21,22} {10,11,12} {20,21,23}:
+        # 0-1 2/4, 0-3 1 (same set: excluded), 2-4 2/4, 1-3 2/4, others 0
+        assert got[0] == 1 and got[2] == 4 and got[3] == 1 and got[4] == 2
+        assert got[1] in (0, 3)  # a tie, drawn
+
+
+def test_overlap_negatives_swap_the_image_of_the_closest_caption() -> None:
+    vocab = VocabInfo(vocab_size=30, special_ids=frozenset({0, 1, 2, 3, 4}))
+    cfg = ImageTextMatching.Config(prob_negative=1.0, negatives="overlap")
+    swap = ImageTextMatching.data_transform(cfg, vocab)
+    pixels = torch.arange(5).float().view(5, 1, 1, 1)
+    batch = {"input_ids": OVERLAP_IDS.clone(), "attention_mask": OVERLAP_IDS != 0,
+             "pixels": pixels.clone()}  # fmt: skip
+    out = swap(batch, torch.Generator().manual_seed(0))
+    assert out["itm_labels"].tolist() == [0] * 5
+    assert out["pixels"].flatten()[[0, 2, 3, 4]].tolist() == [1.0, 4.0, 1.0, 2.0]
+    assert torch.equal(out["input_ids"], OVERLAP_IDS)  # the text side stays
+    with pytest.raises(ValueError, match="random, overlap or hard"):
+        ImageTextMatching.Config(negatives="closest")
