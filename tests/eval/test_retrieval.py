@@ -129,14 +129,19 @@ class _Stub(torch.nn.Module):
         return FusionOutput(hidden, {}, pooled)
 
 
-def test_itm_reranking_of_a_first_stage():
+def _six_pairs() -> tuple[dict, Sides]:
+    """Six image-text pairs whose image i and text i both carry the index i."""
     n = 6
     data = {
         "__key__": [str(i) for i in range(n)],
         "pixels": torch.arange(n).float().view(n, 1, 1, 1).expand(n, 3, 2, 2).clone(),
         "input_ids": torch.arange(n).view(n, 1),
     }
-    sides = Sides(("pixels",), ("input_ids",), "image", "text")
+    return data, Sides(("pixels",), ("input_ids",), "image", "text")
+
+
+def test_itm_reranking_of_a_first_stage():
+    data, sides = _six_pairs()
     first_i2t, first_t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4)
     plain = recall_at_k(first_i2t, sim_t2i_IT=first_t2i)
     assert plain["i2t_R@1"] == 0.0 and plain["t2i_R@1"] == 0.0  # true pairs rank 2nd
@@ -159,16 +164,10 @@ def test_itm_reranking_of_a_first_stage():
 
 
 def test_itm_all_scores_every_pair_with_itm_alone():
-    n = 6
-    data = {
-        "__key__": [str(i) for i in range(n)],
-        "pixels": torch.arange(n).float().view(n, 1, 1, 1).expand(n, 3, 2, 2).clone(),
-        "input_ids": torch.arange(n).view(n, 1),
-    }
-    sides = Sides(("pixels",), ("input_ids",), "image", "text")
+    data, sides = _six_pairs()
     i2t, t2i = similarity(_Stub(), data, sides, torch.device("cpu"), batch_size=4, itm_all=True)
     # the oracle's scores, every pair: 10 on the diagonal, 0 elsewhere (no first stage)
-    assert torch.equal(i2t, 10.0 * torch.eye(n)) and torch.equal(t2i, i2t)
+    assert torch.equal(i2t, 10.0 * torch.eye(6)) and torch.equal(t2i, i2t)
     stub = _Stub()
     del stub.objectives["i"]
     stub.cfg = SimpleNamespace(objectives={"c": SimpleNamespace(type="contrastive")})
