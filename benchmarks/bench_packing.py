@@ -1,9 +1,9 @@
 """Packed rows vs. padded rows: training samples/s and the share of real tokens per step.
 
 For each multilingual recipe, a ``Trainer`` is built as ``mmptm pretrain`` builds it over the
-real parallel text of ``real_parallel.py`` (or toyworld), once as the recipe is and once
-with ``pack`` on every source that may pack (``data.sources.<name>.pack``: mono and TLM;
-XLCO's stacked pairs never). The same number of batches is drawn from each loader and held
+real parallel text of ``real_parallel.py``, once with every source that may pack
+(``data.sources.<name>.pack``: mono and TLM; XLCO's stacked pairs never) padded
+(``pack=0``) and once packed at ``--pack``. The same number of batches is drawn from each loader and held
 in memory; then rounds alternate between the two, timing ``--steps`` optimiser steps from
 memory, so only the model's work differs. Printed: samples/s (median of the rounds), the
 share of real (non-padding) tokens in the computed rows, rows and row length per batch.
@@ -66,8 +66,9 @@ def main() -> None:
             sources = load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), [])
             names = [s for s in sources.data.sources if s in pack]
             packed = [f"data.sources.{s}.pack={pack[s]}" for s in names]
+            unpacked = [f"data.sources.{s}.pack=0" for s in names]
             runs = {
-                "padded": held_batches(recipe, args.data, [], args.steps, a),
+                "padded": held_batches(recipe, args.data, unpacked, args.steps, a),
                 f"packed ({', '.join(f'{s} {pack[s]}' for s in names)})": held_batches(
                     recipe, args.data, packed, args.steps, b
                 ),

@@ -163,7 +163,7 @@ def test_overlap_partners_take_the_closest_other_caption_never_an_identical_one(
 
 def test_overlap_negatives_swap_the_image_of_the_closest_caption() -> None:
     vocab = VocabInfo(vocab_size=30, special_ids=frozenset({0, 1, 2, 3, 4}))
-    cfg = ImageTextMatching.Config(prob_negative=1.0, negatives="overlap")
+    cfg = ImageTextMatching.Config(prob_negative=1.0, negatives="overlap", overlap_share=1.0)
     swap = ImageTextMatching.data_transform(cfg, vocab)
     pixels = torch.arange(5).float().view(5, 1, 1, 1)
     batch = {"input_ids": OVERLAP_IDS.clone(), "attention_mask": OVERLAP_IDS != 0,
@@ -174,3 +174,29 @@ def test_overlap_negatives_swap_the_image_of_the_closest_caption() -> None:
     assert torch.equal(out["input_ids"], OVERLAP_IDS)  # the text side stays
     with pytest.raises(ValueError, match="random, overlap or hard"):
         ImageTextMatching.Config(negatives="closest")
+
+
+def test_overlap_share_mixes_closest_and_random_partners() -> None:
+    B = 200
+    ids = torch.randint(10, 60, (B, 8), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool),
+             "pixels": torch.arange(B).float().view(B, 1, 1, 1)}  # fmt: skip
+    sets = [set(r.tolist()) for r in ids]
+
+    def jaccard(i: int, j: int) -> float:  # by hand, over Python sets
+        return len(sets[i] & sets[j]) / len(sets[i] | sets[j])
+
+    best = [max(jaccard(i, j) for j in range(B) if j != i and sets[j] != sets[i]) for i in range(B)]
+
+    def closest_share(share: float) -> float:
+        swap = SwapNegatives(1.0, ["pixels"], "input_ids", (0, 1, 2, 3), overlap_share=share)
+        partner = swap(dict(batch), torch.Generator().manual_seed(0))["pixels"].flatten().long()
+        assert (partner != torch.arange(B)).all()
+        return sum(jaccard(i, int(p)) == best[i] for i, p in enumerate(partner)) / B
+
+    assert closest_share(1.0) == 1.0
+    by_chance = closest_share(0.0)  # a random partner that happens to be a closest one
+    assert by_chance < 0.3
+    assert closest_share(0.5) == pytest.approx(0.5 + 0.5 * by_chance, abs=0.1)
+    with pytest.raises(ValueError, match="overlap_share must be in"):
+        ImageTextMatching.Config(overlap_share=1.5)
