@@ -3,10 +3,11 @@
 For each multilingual recipe, a ``Trainer`` is built as ``mmptm pretrain`` builds it over the
 real parallel text of ``real_parallel.py``, once with every source that may pack
 (``data.sources.<name>.pack``: mono and TLM; XLCO's stacked pairs never) padded
-(``pack=0``) and once packed at ``--pack``. The same number of batches is drawn from each loader and held
-in memory; then rounds alternate between the two, timing ``--steps`` optimiser steps from
-memory, so only the model's work differs. Printed: samples/s (median of the rounds), the
-share of real (non-padding) tokens in the computed rows, rows and row length per batch.
+(``pack=0``) and once packed at ``--pack``. The same number of batches is drawn from each
+loader and held in memory; then rounds alternate between the two, timing ``--steps``
+optimiser steps from memory, so only the model's work differs. Printed: samples/s (median
+of the rounds), the share of real (non-padding) tokens in the computed rows, rows and row
+length per batch.
 
     python benchmarks/real_parallel.py prepare --data data/real_parallel
     .venv/bin/python benchmarks/bench_packing.py --data data/real_parallel \\

@@ -183,4 +183,5 @@ def test_tuned_settings_name_keys_of_their_recipe_and_take_effect(recipe, tmp_pa
         for part in key.split("."):
             node = node[part] if isinstance(node, dict) else getattr(node, part)
         expected = {"true": True, "false": False}.get(value, value)
-        assert node == (type(node)(expected) if isinstance(node, float) else expected), key
+        numeric = isinstance(node, (int, float)) and not isinstance(node, bool)
+        assert node == (type(node)(expected) if numeric else expected), key
