@@ -438,15 +438,15 @@ class PackRows:
                 f"{other or ['visible_mask']} (a source with pack must feed only the text)"
             )
         # first fit, in row order: row b goes to packed row bin_B[b] at column start_B[b]
-        fill: list[int] = []
+        used: list[int] = []  # tokens taken in each packed row
         bin_B, start_B = torch.empty(B, dtype=torch.long), torch.empty(B, dtype=torch.long)
         for b, n in enumerate(len_B.tolist()):
-            r = next((r for r, used in enumerate(fill) if used + n <= size), len(fill))
-            if r == len(fill):
-                fill.append(0)
-            bin_B[b], start_B[b] = r, fill[r]
-            fill[r] += n
-        R, P = len(fill), max(fill)
+            r = next((r for r, u in enumerate(used) if u + n <= size), len(used))
+            if r == len(used):
+                used.append(0)
+            bin_B[b], start_B[b] = r, used[r]
+            used[r] += n
+        R, P = len(used), max(used)
         rows, cols = real_BL.nonzero(as_tuple=True)
         out_r, out_c = bin_B[rows], start_B[rows] + cols
         # where each packed slot came from (sample, column); -1 = padding
