@@ -50,6 +50,7 @@ from mmptm.eval.xlingual import (  # noqa: E402
     read_pairs,
     retrieval_accuracy,
     xlingual_retrieval,
+    xlingual_retrievals,
 )
 from mmptm.models.load import build_model, load_pretrained  # noqa: E402
 from mmptm.models.run import load_run_config  # noqa: E402
@@ -204,17 +205,17 @@ def evaluate_run(
     vectors = [SentenceVector(name) for name in aligned_objectives(model)]
     vectors.append(SentenceVector("mean"))
     rows = {}
+    centers = (False, True) if center else (False,)
     for v in vectors:
         encode = SentenceEncoder(model, cfg, tok, v)
-        for c in (False, True) if center else (False,):
-            result = xlingual_retrieval(encode, pairs, "en", c)
-            n = encode.layers  # the mean, last in the list, sets it
+        results = xlingual_retrievals(encode, pairs, "en", centers)
+        n = encode.layers  # the mean, last in the list, sets it
+        for c, result in results.items():
             rows[v.describe(model, n) + (", centered" if c else "")] = result
     for k in range(n if layers else 0):  # middle layers, as XTREME's Tatoeba protocol
         encode = SentenceEncoder(model, cfg, tok, SentenceVector("mean", k))
-        for c in (False, True) if center else (False,):
-            label = f"mean, layer {k}" + (", centered" if c else "")
-            rows[label] = xlingual_retrieval(encode, pairs, "en", c)
+        for c, result in xlingual_retrievals(encode, pairs, "en", centers).items():
+            rows[f"mean, layer {k}" + (", centered" if c else "")] = result
     return {k.replace(f"layer {n} of {n}", f"layer {n} (last)"): v for k, v in rows.items()}
 
 

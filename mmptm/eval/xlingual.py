@@ -220,14 +220,25 @@ def xlingual_retrieval(
 ) -> dict[str, float]:
     """Accuracy per language and their mean (``avg``) with one sentence encoder; ``center``:
     each language's vectors less their mean (module doc)."""
-    result = {}
+    return xlingual_retrievals(encode, pairs, pivot, (center,))[center]
+
+
+def xlingual_retrievals(
+    encode: SentenceEncoder,
+    pairs: dict[str, list[tuple[str, str]]],
+    pivot: str,
+    centers: Sequence[bool] = (False, True),
+) -> dict[bool, dict[str, float]]:
+    """:func:`xlingual_retrieval` plain and centred from one encoding of the sentences."""
+    result: dict[bool, dict[str, float]] = {c: {} for c in centers}
     for lang, pp in sorted(pairs.items()):
         src = encode([p[1] for p in pp], lang, "other")
         tgt = encode([p[0] for p in pp], pivot, "pivot")
-        if center:
-            src, tgt = centered(src), centered(tgt)
-        result[lang] = retrieval_accuracy(src, tgt)
-    result["avg"] = sum(result.values()) / len(result)
+        for c in centers:
+            a, b = (centered(src), centered(tgt)) if c else (src, tgt)
+            result[c][lang] = retrieval_accuracy(a, b)
+    for r in result.values():
+        r["avg"] = sum(r.values()) / len(r)
     return result
 
 

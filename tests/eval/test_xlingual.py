@@ -20,6 +20,7 @@ from mmptm.eval.xlingual import (
     retrieval_accuracy,
     text_plugin,
     xlingual_retrieval,
+    xlingual_retrievals,
 )
 from mmptm.models.load import build_model, load_pretrained
 from mmptm.models.run import load_run_config
@@ -178,6 +179,12 @@ def test_centering_removes_each_languages_mean_before_the_cosine():
                                                                   [-(0.5**0.5), 0.5**0.5, 0.0]]),
                                                     abs=1e-6)  # fmt: skip
     assert xlingual_retrieval(encode, pairs, "en", center=True)["xx"] == 1.0
+    # both from one encoding of each side
+    calls = []
+    both = xlingual_retrievals(lambda t, lang, side="pivot": calls.append(lang) or vectors[lang],
+                               pairs, "en")  # fmt: skip
+    assert calls == ["xx", "en"]
+    assert both[False]["xx"] == pytest.approx(0.75) and both[True]["xx"] == 1.0
 
 
 def test_eval_xret_center_labels_its_rows(tiny_world, xlco_run, capsys):
