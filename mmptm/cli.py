@@ -551,7 +551,7 @@ def _demo(args: argparse.Namespace) -> int:
         knowledge_study(
             out, recipes=tuple(args.recipes.split(",")) if args.recipes else KNOWLEDGE_DEMO,
             n_train=args.n_train, n_test=args.n_test, steps=args.steps or 1200,
-            ft_steps=args.ft_steps or 300, seed=args.seed, overrides=args.overrides,
+            ft_steps=args.ft_steps or None, seed=args.seed, overrides=args.overrides,
         )  # fmt: skip
     elif args.study == "vqa":
         studies.vqa_study(
@@ -1133,7 +1133,7 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds (multilingual)")
     de.add_argument("--ft-steps", type=int, default=0,
                     help="fine-tuning steps (0: the study's own, 1500; audio: 600; "
-                    "knowledge: 300)")  # fmt: skip
+                    "knowledge: 300, its knowledge VQA kvqa.yaml's 3000)")  # fmt: skip
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

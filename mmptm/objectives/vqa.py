@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
+from mmptm.data.graph import read_aliases
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
@@ -224,6 +225,35 @@ def read_results(path: str | Path) -> dict[int, str]:
 # Head
 
 
+def answer_entity_rows(answers: Sequence[str], aliases: str, fusion: object) -> list[int]:
+    """Per answer, the entity-table row of the entity one of whose aliases it is (both
+    normalised as VQA answers), -1 for none; an alias of two entities names neither."""
+    table = getattr(fusion, "entities", None)
+    if table is None or not getattr(table, "names", None):
+        raise ValueError(
+            f"vqa.answer_entities scores answers against the fusion's entity table, loaded "
+            f"from a file; fusion {type(fusion).__name__} has none (use fusion: ernie with "
+            "entities.embeddings)"
+        )
+    if not answers:
+        raise ValueError("vqa.answer_entities needs the answer vocabulary (vqa.answers)")
+    row_of = {name: i for i, name in enumerate(table.names)}
+    owner: dict[str, int] = {}
+    for entity, names in read_aliases(aliases).items():
+        if entity not in row_of:
+            continue
+        row = row_of[entity]
+        for name in {normalize_answer(a) for a in names}:
+            owner[name] = row if owner.get(name, row) == row else -2  # -2: ambiguous
+    rows = [max(owner.get(a, -1), -1) for a in answers]
+    if all(r < 0 for r in rows):
+        raise ValueError(
+            f"vqa.answer_entities: none of the {len(answers)} answers is an alias of an entity "
+            f"of the table in {aliases}"
+        )
+    return rows
+
+
 @dataclass
 class SoftTargets:
     """VQA data side: the raw ``answers`` of each question → ``vqa_targets [B,A]`` soft scores.
@@ -270,13 +300,20 @@ class VQAHead(Objective):
         pooled: str = "joint"
         #: hidden size of the MLP as a multiple of the width
         hidden_mult: int = 2
+        #: answers that name knowledge-graph entities: an aliases file (Wikidata5M's
+        #: ``id<TAB>alias...``); each answer equal to an alias (both normalised) is also scored
+        #: against its entity's vector in the fusion's entity table (``fusion: ernie``), so an
+        #: answer about an unseen entity can be read off the graph. "" = a plain classifier
+        answer_entities: str = ""
         layer_norm_eps: float = 1e-12
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: object) -> SoftTargets | None:
         return SoftTargets(tuple(read_answer_vocab(cfg.answers))) if cfg.answers else None
 
-    def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
+    def __init__(
+        self, cfg: Config, *, width: int, fusion: nn.Module | None = None, **_: object
+    ) -> None:
         super().__init__()
         self.cfg = cfg
         self.answers: list[str] = read_answer_vocab(cfg.answers) if cfg.answers else []
@@ -297,6 +334,12 @@ class VQAHead(Objective):
             nn.LayerNorm(hidden, eps=cfg.layer_norm_eps),
             nn.Linear(hidden, n),
         )
+        self._fusion = (fusion,)  # a tuple keeps the fusion's modules out of this one
+        self.to_entity: nn.Linear | None = None
+        if cfg.answer_entities:
+            rows = answer_entity_rows(self.answers, cfg.answer_entities, fusion)
+            self.register_buffer("answer_rows", torch.tensor(rows), persistent=False)
+            self.to_entity = nn.Linear(hidden, fusion.cfg.entity_dim, bias=False)
         init_weights(self)
 
     def data_needs(self) -> dict[str, Need]:
@@ -309,7 +352,18 @@ class VQAHead(Objective):
                 f"vqa.pooled={self.cfg.pooled!r} is not produced by this fusion "
                 f"(has {sorted(out.pooled)})"
             )
-        return self.head(out.pooled[self.cfg.pooled]).float()
+        hidden_BH = self.head[:-1](out.pooled[self.cfg.pooled])
+        (fusion,) = self._fusion
+        if self.to_entity is None or not fusion.cfg.knowledge:
+            return self.head[-1](hidden_BH).float()
+        # an entity answer: <W h, e_a> + its bias, no free classifier row (which would learn
+        # the fine-tuning's entities by heart); other answers: the classifier
+        rows_A = self.answer_rows
+        has_A1 = (rows_A >= 0).unsqueeze(-1)
+        out_layer = self.head[-1]
+        logits_BA = F.linear(hidden_BH, out_layer.weight * ~has_A1, out_layer.bias)
+        e_AK = fusion.entities.rows(rows_A.clamp_min(0)) * has_A1
+        return (logits_BA + self.to_entity(hidden_BH) @ e_AK.to(hidden_BH.dtype).T).float()
 
     @torch.no_grad()
     def predict(self, out: FusionOutput) -> torch.Tensor:

@@ -204,3 +204,80 @@ def test_shard_answers_reads_every_question_and_skips_corrupt_json(tmp_path):
         w.write({"__key__": "d", "txt": "no json member"})
     lists = shard_answers([str(tmp_path / "q-*.tar")])
     assert lists == [["yes", "Yes", "no"], []]
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers scored against knowledge-graph entity vectors
+
+
+def _entity_head(tmp_path, knowledge: bool = True):
+    from mmptm.config import from_dict
+    from mmptm.fusion.ernie import ErnieFusion
+
+    tree = {
+        "type": "ernie", "transformer": {"layers": 1, "heads": 2}, "knowledge_layers": 1,
+        "entity_dim": 4, "entity_heads": 2, "entities": {"num_entities": 5, "dim": 4},
+        "entity_views": {}, "knowledge": knowledge,
+    }  # fmt: skip
+    torch.manual_seed(0)
+    fusion = ErnieFusion(from_dict(ErnieFusion.Config, tree), width=WIDTH)
+    fusion.entities.names = ["T0", "M01", "M02", "M03", "P04"]  # as a loaded table has
+    (tmp_path / "aliases.txt").write_text(
+        "M01\tPlastic\nM02\twood\tWooden\nM03\tglass\nP04\tglass\tElena\nX99\twool\n"
+    )
+    write_answer_vocab(["plastic", "wooden", "glass", "elena", "wool", "yes"],
+                       tmp_path / "answers.txt")  # fmt: skip
+    cfg = VQAHead.Config(answers=str(tmp_path / "answers.txt"),
+                         answer_entities=str(tmp_path / "aliases.txt"))  # fmt: skip
+    return fusion, VQAHead(cfg, width=WIDTH, fusion=fusion)
+
+
+def test_answer_entities_map_aliases_to_table_rows(tmp_path) -> None:
+    _, head = _entity_head(tmp_path)
+    # by hand: "plastic" → M01 (row 1, case normalised), "wooden" → M02 (its second alias),
+    # "glass" names M03 and P04 → neither, "elena" → P04 (row 4), "wool": X99 is not in the
+    # table, "yes": no entity
+    assert head.answer_rows.tolist() == [1, 2, -1, 4, -1, -1]
+
+
+def test_answer_entity_term_is_the_dot_with_the_answer_entity_vector(tmp_path) -> None:
+    fusion, head = _entity_head(tmp_path)
+    g = torch.Generator().manual_seed(3)
+    pooled = torch.randn(3, WIDTH, generator=g)
+    out = FusionOutput(hidden={}, mask={}, pooled={"joint": pooled})
+    E = fusion.entities.table.weight.detach().double()
+    with torch.no_grad():
+        hidden = head.head[:-1](pooled).double()
+        plain = head.head[-1](hidden.float()).double()
+        bias = head.head[-1].bias.double()
+        W = head.to_entity.weight.detach().double()  # [K, H]
+    got = head.logits(out).double()
+    for b in range(3):
+        for a, row in enumerate([1, 2, -1, 4, -1, -1]):
+            if row >= 0:  # an entity answer: its bias + <W h, e>, no classifier row
+                want = bias[a] + sum(W[k] @ hidden[b] * E[row, k] for k in range(4))
+            else:
+                want = plain[b, a]
+            assert got[b, a].item() == pytest.approx(float(want), abs=1e-5)
+    targets = torch.zeros(3, 6)
+    targets[0, 0] = 1.0
+    head(out, {"vqa_targets": targets})["loss"].backward()
+    assert head.to_entity.weight.grad.abs().sum() > 0
+    assert fusion.entities.table.weight.grad is None  # the graph's vectors stay frozen
+
+    # without the graph (knowledge: false) the entity term is off, as dEA is
+    fusion.cfg.knowledge = False
+    torch.testing.assert_close(head.logits(out), head.head(pooled).float())
+
+
+def test_answer_entities_errors(tmp_path) -> None:
+    (tmp_path / "answers.txt").write_text("yes\nno\n")
+    (tmp_path / "aliases.txt").write_text("M01\tplastic\n")
+    cfg = VQAHead.Config(answers=str(tmp_path / "answers.txt"),
+                         answer_entities=str(tmp_path / "aliases.txt"))  # fmt: skip
+    with pytest.raises(ValueError, match="has none"):
+        VQAHead(cfg, width=WIDTH, fusion=torch.nn.Identity())
+    (tmp_path / "table").mkdir()
+    fusion, _ = _entity_head(tmp_path / "table")
+    with pytest.raises(ValueError, match="none of the 2 answers"):
+        VQAHead(cfg, width=WIDTH, fusion=fusion)
