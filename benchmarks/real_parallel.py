@@ -5,7 +5,7 @@ text").
     python benchmarks/real_parallel.py prepare  --data data/real_parallel
     python benchmarks/real_parallel.py baselines --data data/real_parallel
     python benchmarks/real_parallel.py pretrain --data data/real_parallel --runs runs/real \\
-        [--recipes mbert_tiny,xlm_tlm_tiny,xlm_xlco_tiny] [--steps N] [--tuned] [--set k=v ...]
+        [--recipes mbert_tiny,xlm_tlm_tiny,xlm_xlco_tiny] [--steps N] [--set k=v ...]
     python benchmarks/real_parallel.py eval     --data data/real_parallel --runs runs/real
     python benchmarks/real_parallel.py curve    --data data/real_parallel --runs runs/real
 
@@ -14,12 +14,12 @@ English paired with German, French, Spanish and Russian, line-aligned files, the
 with ``mmptm data parallel`` / ``mmptm data text`` and a shared BPE tokenizer with ``mmptm
 tokenizer train`` (the commands are printed and run). ``baselines`` scores tf-idf over the
 tokenizer's pieces and the mean of each recipe's randomly initialised input embeddings.
-``pretrain`` runs ``mmptm pretrain`` per recipe with the data's paths (``--tuned``: plus
-the settings tuned here, ``TUNED``); ``eval`` runs the retrieval of every run (its aligned
-vector, if any, and the mean of the last or every layer) and writes ``results.json`` and a
-Markdown table next to the runs; ``curve`` does so for every kept checkpoint. Test: 1000
-unseen English sentences, each with its translation in all four languages; 1000 candidates
-per direction.
+``pretrain`` runs ``mmptm pretrain`` per recipe with the data's paths (the recipes carry
+the settings tuned on this benchmark: README, "Real data"); ``eval`` runs the retrieval of
+every run (its aligned vector, if any, and the mean of the last or every layer) and writes
+``results.json`` and a Markdown table next to the runs; ``curve`` does so for every kept
+checkpoint. Test: 1000 unseen English sentences, each with its translation in all four
+languages; 1000 candidates per direction.
 """
 
 from __future__ import annotations
@@ -58,25 +58,6 @@ from mmptm.models.run import load_run_config  # noqa: E402
 LANGS = ("de", "fr", "es", "ru")
 RECIPES = ("mbert_tiny", "xlm_tlm_tiny", "xlm_xlco_tiny")
 MMPTM = [sys.executable, "-m", "mmptm.cli"]
-#: settings tuned on this benchmark (README, "Real data"), added by ``pretrain --tuned``.
-#: From scratch the XLCO contrast learns on the mean of the tokens, not [CLS], and without
-#: language embeddings (a per-language constant in every token pulls each side's vectors
-#: apart); MLM and TLM learn past the unigram level within an hour at lr 2e-3 with a 500-step
-#: warm-up. The recipes keep the defaults their toyworld study measured (README). Packing
-#: (``pack``) is the recipes' own default now.
-LEARN_FAST = ["train.lr=2e-3", "train.warmup_steps=500"]
-TUNED = {
-    "mbert_tiny": LEARN_FAST,
-    "xlm_tlm_tiny": [*LEARN_FAST, "model.encoders.text.language_embeddings=false"],
-    "xlm_xlco_tiny": [
-        "model.fusion.modality_pooling=mean",
-        "model.encoders.text.language_embeddings=false",
-        "train.lr=1e-3",
-        "data.sources.mono.weight=0.2",
-        "data.sources.tlm.weight=0.2",
-        "data.sources.xlco.weight=0.6",
-    ],
-}
 
 
 def sh(cmd: list[str], log: Path | None = None) -> None:
@@ -188,8 +169,6 @@ def pretrain(args: argparse.Namespace) -> None:
                 "train.progress=false"]  # fmt: skip
         if args.steps:
             over.append(f"train.max_steps={args.steps}")
-        if args.tuned:
-            over += TUNED.get(recipe, [])
         t0 = time.perf_counter()
         sh([*MMPTM, "pretrain", str(ROOT / f"configs/pretrain/{recipe}.yaml"), *over, *args.set],
            log=runs / f"{recipe}.log")  # fmt: skip
@@ -276,7 +255,6 @@ def main() -> None:
     ap.add_argument("--recipes", default=",".join(RECIPES))
     ap.add_argument("--steps", type=int, default=0, help="train.max_steps (0: the recipe's)")
     ap.add_argument("--set", action="append", default=[], help="extra key=value overrides")
-    ap.add_argument("--tuned", action="store_true", help="pretrain: add TUNED[recipe]")
     ap.add_argument("--items", type=int, default=1000, help="test pairs per language")
     ap.add_argument("--layers", action="store_true", help="eval: also the mean of every layer")
     ap.add_argument(

@@ -21,8 +21,11 @@ def pretrained(tiny_world, tmp_path_factory):
     run = tmp_path_factory.mktemp("xlm")
     cfg = load_run_config(
         str(ROOT / "configs/pretrain/xlm_tlm_tiny.yaml"),
-        [*tiny_overrides(tiny_world, run, "xlm_tlm_tiny"), "train.max_steps=4"],
-    )
+        # language embeddings: not the recipe's default, so the fine-tuning can only have
+        # them from the checkpoint's architecture
+        [*tiny_overrides(tiny_world, run, "xlm_tlm_tiny"), "train.max_steps=4",
+         "model.encoders.text.language_embeddings=true"],
+    )  # fmt: skip
     pretrain(cfg)
     return run
 
@@ -68,7 +71,11 @@ def test_init_loads_the_pretrained_encoder_and_adds_a_fresh_head(tiny_world, pre
 
 def test_a_routed_pretraining_fine_tunes_with_the_recipes_own_routes(tiny_world, tmp_path):
     recipe = "xlm_xlco_tiny"  # routes mono/tlm → mlm, xlco → xlco: none exists downstream
-    over = [*tiny_overrides(tiny_world, tmp_path / "pre", recipe), "train.max_steps=2"]
+    over = [
+        *tiny_overrides(tiny_world, tmp_path / "pre", recipe),
+        "train.max_steps=2",
+        "model.fusion.modality_pooling=first",
+    ]  # not the default: must come from the run
     pretrain(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
     cfg = _xnli(tiny_world, tmp_path / "ft", tmp_path / "pre")
     trainer = Trainer(cfg)
