@@ -82,7 +82,7 @@ class SwapNegatives:
     overlap_key: str = ""
     special_ids: tuple[int, ...] = ()
     #: the share of negatives that take the closest caption's image (the rest: random)
-    overlap_share: float = 1.0
+    overlap_share: float = 0.5
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         explicit = [k for k in self.keys if not k.endswith("*")]

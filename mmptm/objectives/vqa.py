@@ -301,9 +301,10 @@ class VQAHead(Objective):
         #: hidden size of the MLP as a multiple of the width
         hidden_mult: int = 2
         #: answers that name knowledge-graph entities: an aliases file (Wikidata5M's
-        #: ``id<TAB>alias...``); each answer equal to an alias (both normalised) is also scored
-        #: against its entity's vector in the fusion's entity table (``fusion: ernie``), so an
-        #: answer about an unseen entity can be read off the graph. "" = a plain classifier
+        #: ``id<TAB>alias...``); an answer equal to an alias (both normalised) is scored
+        #: against its entity's vector in the fusion's entity table (``fusion: ernie``)
+        #: instead of by a classifier row, so an answer about an unseen entity can be read
+        #: off the graph. "" = a plain classifier
         answer_entities: str = ""
         layer_norm_eps: float = 1e-12
 
