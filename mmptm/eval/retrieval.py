@@ -3,7 +3,8 @@
 Sample i's item (image, regions, or any modality an encoder reads) and caption are the
 ground-truth pair. The two sides come from the model: a contrastive head's two modalities,
 or, for a fusion model with ITM alone, the encoders whose inputs ITM swaps (the items)
-against the rest (the queries). Dual encoders score by the dot product of the contrastive
+against the rest (the queries); when ITM swaps a second text segment (Oscar's object tags),
+the items are the tags with the regions and every pair is packed as training packs it. Dual encoders score by the dot product of the contrastive
 embeddings; models with both heads re-rank the top-k of that first stage with ITM; fusion
 models with ITM alone score every pair (quadratic, so capped by ``max_items``).
 Legend: I items, T texts (I == T == N here), E embedding width.
@@ -19,13 +20,13 @@ from typing import Any
 
 import torch
 
-from mmptm.batch import END, KEY, move_to
+from mmptm.batch import END, KEY, BatchTransform, move_to
 from mmptm.data.pipeline import StreamConfig, single_pass, stream_config
 from mmptm.modalities.text import TextData
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.contrastive import Contrastive
-from mmptm.objectives.itm import ImageTextMatching
+from mmptm.objectives.itm import ImageTextMatching, SwapNegatives
 
 KS = (1, 5, 10)
 
@@ -39,6 +40,22 @@ class Sides:
     #: the contrastive head's names of the two sides ("" without a contrastive head)
     items: str = ""
     queries: str = ""
+    #: batch stages run on every formed pair: the ones training runs after ITM swapped its
+    #: negatives, when the swapped keys are joined into another view (Oscar's object tags,
+    #: packed after the caption); empty: the batch's rows pair as they are
+    pair_stages: tuple[BatchTransform, ...] = ()
+
+    def pair(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``batch`` (one item's and one query's keys per row) made ready for the model."""
+        return run_stages(self.pair_stages, batch)
+
+
+def run_stages(stages: Sequence[BatchTransform], batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` through evaluation batch stages (deterministic: a fixed generator)."""
+    g = torch.Generator().manual_seed(0)
+    for stage in stages:
+        batch = stage(batch, g)
+    return batch
 
 
 def retrieval_heads(model: PretrainModel) -> tuple[Contrastive | None, ImageTextMatching | None]:
@@ -56,8 +73,17 @@ def objective_types(model: PretrainModel) -> str:
     return ", ".join(f"{n} ({c.type})" for n, c in model.cfg.objectives.items()) or "none"
 
 
-def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
-    """The item and query sides of ``model``, with the keys ``stream`` gives each."""
+def retrieval_sides(
+    model: PretrainModel, stream: StreamConfig, batch: Sequence[str] = (), late=()
+) -> Sides:
+    """The item and query sides of ``model``, with the keys ``stream`` gives each.
+
+    ITM alone: the encoders whose inputs it swaps are the items, the rest the queries. When
+    it swaps keys that no encoder reads as such, a second view that a ``late`` stage joins
+    into another (Oscar's tags into the caption's sequence; ``batch``: the keys before that
+    stage), the text encoders' inputs are the queries, the swapped keys with every other
+    encoder's the items, and pairs go through ``late`` as training's negatives do.
+    """
     contrastive, itm = retrieval_heads(model)
 
     def keys(encoders: Iterable[str]) -> tuple[str, ...]:
@@ -70,17 +96,22 @@ def retrieval_sides(model: PretrainModel, stream: StreamConfig) -> Sides:
             raise ValueError(f"contrastive.modalities [{a}, {b}]: retrieval needs two encoders")
         return Sides(keys([a]), keys([b]), a, b)
     assert itm is not None
-    swapped = [
-        e
-        for e in model.encoders
-        if any(fnmatch.fnmatchcase(k, pat) for k in keys([e]) for pat in itm.cfg.swap_keys)
-    ]
+
+    def swaps(k: str) -> bool:
+        return any(fnmatch.fnmatchcase(k, pat) for pat in itm.cfg.swap_keys)
+
+    swapped = [e for e in model.encoders if any(swaps(k) for k in keys([e]))]
     rest = [e for e in model.encoders if e not in swapped]
-    if not swapped or not rest:
-        raise ValueError(
-            f"itm.swap_keys {itm.cfg.swap_keys} must match the inputs of some encoders, not all"
-        )
-    return Sides(keys(swapped), keys(rest))
+    if swapped and rest:
+        return Sides(keys(swapped), keys(rest))
+    joined = tuple(k for k in batch if swaps(k))
+    text = [e for e in model.encoders if model.encoders[e].modality == "text"]
+    if not swapped and joined and late and text:
+        other = keys(e for e in model.encoders if e not in text)
+        return Sides(joined + other, keys(text), pair_stages=tuple(late))
+    raise ValueError(
+        f"itm.swap_keys {itm.cfg.swap_keys} must match the inputs of some encoders, not all"
+    )
 
 
 def recall_at_k(
@@ -184,10 +215,12 @@ def itm_scores(
     """ITM scores [P] of the pairs (item img_P[p], text txt_P[p])."""
     out = []
     for s in range(0, len(img_P), batch_size):
-        pair = {
-            **_take(data, sides.item_keys, img_P[s : s + batch_size]),
-            **_take(data, sides.query_keys, txt_P[s : s + batch_size]),
-        }
+        pair = sides.pair(
+            {
+                **_take(data, sides.item_keys, img_P[s : s + batch_size]),
+                **_take(data, sides.query_keys, txt_P[s : s + batch_size]),
+            }
+        )
         out.append(head.score(model.fuse(move_to(pair, device))).cpu())
     return torch.cat(out)
 
@@ -297,16 +330,9 @@ def evaluate_reversal(
     scores = []
     text = cfg.data.modalities.get("text") or TextData.Config()
     for captions in ("captions", field):
-        modalities = {**cfg.data.modalities, "text": replace(text, captions_field=captions)}
-        data_cfg = replace(cfg.data, modalities=modalities)
-        stream = stream_config(
-            data_cfg, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
-        )
-        stream.batch_size = max_items
-        data = next(iter(single_pass(stream)))
-        if END in data:
-            raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
-        scores.append(pair_scores(model, data, retrieval_sides(model, stream), dev, batch_size))
+        over = replace(text, captions_field=captions)
+        data, sides = _batch_and_sides(model, tokenizer, cfg, split, shards, max_items, over)
+        scores.append(pair_scores(model, data, sides, dev, batch_size))
     true_N, reversed_N = scores
     wins = (true_N > reversed_N).float() + 0.5 * (true_N == reversed_N).float()
     return {"n": float(len(wins)), "reversal_acc": wins.mean().item(), "chance": 0.5}
@@ -350,8 +376,7 @@ def evaluate_retrieval(
         return _evaluate_multi(
             model, tokenizer, cfg, split, shards, max_items, batch_size, dev, captions
         )
-    data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items)
-    sides = retrieval_sides(model, stream)
+    data, sides = _batch_and_sides(model, tokenizer, cfg, split, shards, max_items)
     t0 = time.perf_counter()
     sim_i2t, sim_t2i = similarity(model, data, sides, dev, batch_size, rerank_k, itm_all)
     took = time.perf_counter() - t0
@@ -366,6 +391,16 @@ def evaluate_retrieval(
 
 def _first_batch(model, tokenizer, cfg, split, shards, max_items, text=None):
     """The first ``max_items`` evaluation samples as one batch (text plug-in ``text``)."""
+    data, _ = _batch_and_sides(model, tokenizer, cfg, split, shards, max_items, text)
+    return data
+
+
+def _batch_and_sides(model, tokenizer, cfg, split, shards, max_items, text=None):
+    """The first ``max_items`` evaluation samples as one batch, and the retrieval sides.
+
+    The batch stops where training's ITM forms its negatives; the later stages run on it
+    whole, or on every formed pair when the sides say so (:func:`retrieval_sides`).
+    """
     data_cfg = cfg.data
     if text is not None:
         data_cfg = replace(cfg.data, modalities={**cfg.data.modalities, "text": text})
@@ -373,10 +408,14 @@ def _first_batch(model, tokenizer, cfg, split, shards, max_items, text=None):
         data_cfg, tokenizer, split=split, needs=model.data_needs(), shards=shards, seed=cfg.seed
     )
     stream.batch_size = max_items
-    data = next(iter(single_pass(stream)))
+    at = SwapNegatives.data_priority
+    late = [t for t in stream.transforms if t.data_priority > at]
+    early = [t for t in stream.transforms if t.data_priority <= at]
+    data = next(iter(single_pass(replace(stream, transforms=early))))
     if END in data:
         raise ValueError(f"the evaluation split ({shards or split}) produced no samples")
-    return data, stream
+    sides = retrieval_sides(model, stream, list(data), late)
+    return (data if sides.pair_stages else run_stages(late, data)), sides
 
 
 @torch.no_grad()
@@ -391,13 +430,12 @@ def _evaluate_multi(model, tokenizer, cfg, split, shards, max_items, batch_size,
     def embed(data: dict[str, Any], keys: Sequence[str], side: str) -> torch.Tensor:
         return embed_rows(model, contrastive, data, keys, side, dev, batch_size).cpu()
 
-    data, stream = _first_batch(model, tokenizer, cfg, split, shards, max_items, base)
-    sides = retrieval_sides(model, stream)
+    data, sides = _batch_and_sides(model, tokenizer, cfg, split, shards, max_items, base)
     items_IE = embed(data, sides.item_keys, sides.items)
     index = {k: i for i, k in enumerate(data[KEY])}
     texts, owner = [], []
     for j in range(captions):
-        data_j, _ = _first_batch(
+        data_j = _first_batch(
             model, tokenizer, cfg, split, shards, max_items, replace(base, caption_index=j)
         )
         keep = [q for q, k in enumerate(data_j[KEY]) if k in index]

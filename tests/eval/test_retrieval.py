@@ -272,3 +272,67 @@ def test_rerank_without_an_itm_head_is_an_error(tiny_world, tmp_path):
     pretrain(cfg)
     with pytest.raises(ValueError, match=r"ITM head.*contrastive \(contrastive\)"):
         evaluate_retrieval(str(tmp_path), split="val", max_items=8, rerank_k=4)
+
+
+def _regions_of(src, dst, partner) -> int:
+    """Copy regions shards, giving sample i the ``regions.npz`` (features, boxes, detector
+    labels: its object tags) of sample partner(i); returns the number of samples."""
+    from mmptm.data.shards import ShardWriter, SkipCounter, tar_samples
+    from mmptm.modalities.regions import MEMBER
+
+    urls = [str(u) for u in sorted(src.glob("val-*.tar"))]
+    samples = list(tar_samples(urls, SkipCounter()))
+    with ShardWriter(dst / "val-%06d.tar", 100) as w:
+        for i, s in enumerate(samples):
+            w.write({**s, MEMBER: samples[partner(i, len(samples))][MEMBER]})
+    return len(samples)
+
+
+def test_oscar_scores_an_image_with_its_tags_against_a_caption(tiny_world, tmp_path):
+    """Oscar's matching head judges tags against caption and regions; an image is its
+    regions with their tags, so a pair (image i, caption j) must carry image i's tags,
+    packed after caption j as in training. Oracle: a shard whose sample j holds caption j
+    with sample i's regions, read by the ordinary pipeline (the plug-in names the tags)."""
+    from mmptm.eval.retrieval import _batch_and_sides, retrieval_heads
+
+    run = tmp_path / "run"
+    cfg = load_run_config(
+        str(ROOT / "configs/pretrain/oscar_tiny.yaml"),
+        [*tiny_overrides(tiny_world, run, "oscar_tiny"), "train.max_steps=4"],
+    )
+    pretrain(cfg)
+    model, tokenizer, saved = load_pretrained(str(run))
+    n = 10
+    shards = str(tiny_world / "regions" / "val-*.tar")
+    r = evaluate_retrieval(str(run), shards=shards, max_items=n, itm_all=True)
+    assert r["n"] == n and r["fused_pairs"] == n * n
+    # the sides: the tags (second text segment) travel with the regions
+    stream = stream_config(saved.data, tokenizer, split="val", needs=model.data_needs())
+    keys = ["input_ids", "text2_input_ids", "region_feats"]
+    sides = retrieval_sides(model, stream, keys, stream.transforms)
+    assert "text2_input_ids" in sides.item_keys and "region_feats" in sides.item_keys
+    assert "input_ids" in sides.query_keys and "text2_input_ids" not in sides.query_keys
+    assert sides.pair_stages
+
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    total = _regions_of(tiny_world / "regions", swapped, lambda j, m: (j + 3) % m)
+    assert total >= n + 3
+    stream = stream_config(saved.data, tokenizer, split="val", needs=model.data_needs(),
+                           shards=str(swapped / "*.tar"))  # fmt: skip
+    stream.batch_size = n
+    batch = next(iter(single_pass(stream)))
+    itm = retrieval_heads(model)[1]
+    torch.manual_seed(0)
+    with torch.no_grad():  # a head whose scores vary with the pair (4 steps leave it flat)
+        for p in itm.parameters():
+            p.normal_(std=1.0)
+        want_J = itm.score(model.fuse(batch))  # caption j with the image (and tags) of j+3
+    # the same pairs from the retrieval matrix: item j+3, text j (the first n items only)
+    data, sides = _batch_and_sides(model, tokenizer, saved, "val", shards, n + 3)
+    sim, _ = similarity(model, data, sides, torch.device("cpu"), 7, itm_all=True)
+    got_J = torch.stack([sim[j + 3, j] for j in range(n)])
+    torch.testing.assert_close(got_J, want_J, atol=1e-4, rtol=1e-4)
+    # and they differ from pairing caption j with its own tags (what packing first would do)
+    own_J = torch.stack([sim[j, j] for j in range(n)])
+    assert not torch.allclose(got_J, own_J, atol=1e-3)
