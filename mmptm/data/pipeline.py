@@ -56,6 +56,11 @@ class SourceConfig:
     #: on padding, the same outputs per sample. Token-level objectives only (MLM / TLM);
     #: 0 = off. See ``PackRows`` in ``modalities/text.py``
     pack: int = bounded(0, ge=0)
+    #: the modalities this source's samples carry, e.g. ``[text]`` for a text corpus mixed
+    #: into an image-text recipe: only their plug-ins decode and collate its batches, and
+    #: the model encodes what a batch has; route the objectives that need the rest away
+    #: (``model.routes``). Empty: every modality the model reads
+    modalities: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -221,6 +226,8 @@ class SubSource:
     name: str
     urls: list[str]
     prob: float = 1.0
+    #: the modalities its samples carry (empty: all the stream's)
+    modalities: tuple[str, ...] = ()
 
 
 @dataclass
@@ -261,6 +268,20 @@ class StreamConfig:
     def views(self) -> list[str]:
         return [v for m in self.modalities for v in m.views]
 
+    def decoder_of(self, source: SubSource, epoch: int) -> Decoder:
+        """The decoder of one source's samples (its modalities' plug-ins) in ``epoch``."""
+        decoder = replace(self.decoder, epoch=epoch)
+        if source.modalities:
+            decoder.modalities = self._carried(source)
+        return decoder
+
+    def collate_of(self, source: SubSource) -> Collate:
+        """The collate function of one source's batches."""
+        return Collate(self._carried(source)) if source.modalities else self.collate
+
+    def _carried(self, source: SubSource) -> list[Modality]:
+        return [m for m in self.modalities if m.name in source.modalities]
+
 
 class ShardStream(IterableDataset):
     """One epoch of batches for this rank; each worker yields its own part.
@@ -300,7 +321,7 @@ class ShardStream(IterableDataset):
         """(source name, decoded samples) per batch."""
         c = self.cfg
         if len(c.sources) == 1:
-            decoder = replace(c.decoder, epoch=self.epoch)
+            decoder = c.decoder_of(c.sources[0], self.epoch)
             samples = self._samples(c.sources[0], self.epoch, worker, n_workers, handler)
             decoded = decode_samples(samples, decoder, handler)
             for group in batched(decoded, c.batch_size, c.drop_last):
@@ -309,9 +330,16 @@ class ShardStream(IterableDataset):
 
         def endless(src: SubSource) -> Iterator[Sample]:
             for epoch in itertools.count():
-                decoder = replace(c.decoder, epoch=epoch)
                 samples = self._samples(src, epoch, worker, n_workers, handler)
-                yield from decode_samples(samples, decoder, handler)
+                n = 0
+                for sample in decode_samples(samples, c.decoder_of(src, epoch), handler):
+                    n += 1
+                    yield sample
+                if n == 0:  # every sample bad (or none here): another epoch would spin
+                    raise DataError(
+                        f"data source {src.name!r} gives no samples to rank {c.rank}, worker "
+                        f"{worker}{_skipped_note(handler.count)}"
+                    )
 
         streams = [endless(src) for src in c.sources]
         rng = random.Random(f"{c.seed}/{self.epoch}/{c.rank}/{worker}/mix")
@@ -334,10 +362,11 @@ class ShardStream(IterableDataset):
         c = self.cfg
         handler = SkipCounter()
         skip = self.skip[worker] if worker < len(self.skip) else 0
+        collate = {src.name: c.collate_of(src) for src in c.sources}
         for index, (source, group) in enumerate(self._groups(worker, n_workers, handler)):
             if index < skip:
                 continue
-            batch = c.collate(group)
+            batch = collate[source](group)
             batch[SOURCE] = source
             g = batch_generator(c.seed, self.epoch, c.rank, worker, index)
             for transform in c.transforms:
@@ -538,8 +567,9 @@ def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
     subs: list[SubSource] = []
     for name, src in sources.items():
         share = src.weight / total
+        carried = tuple(src.modalities)
         if not src.languages:
-            subs.append(SubSource(name, expand_shards(src.shards), share))
+            subs.append(SubSource(name, expand_shards(src.shards), share, carried))
             continue
         if "{lang}" not in src.shards:
             raise ValueError(f"data.sources.{name}.shards needs a {{lang}} placeholder")
@@ -547,7 +577,9 @@ def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
         n = {lang: count_samples(u) for lang, u in urls.items()}
         q = {lang: (n[lang] / sum(n.values())) ** src.alpha for lang in urls}
         z = sum(q.values())
-        subs += [SubSource(f"{name}/{lang}", urls[lang], share * q[lang] / z) for lang in urls]
+        subs += [
+            SubSource(f"{name}/{lang}", urls[lang], share * q[lang] / z, carried) for lang in urls
+        ]
     return subs
 
 
@@ -601,6 +633,14 @@ def stream_config(
         pack=packed_sources(cfg) if split == "train" else {},
     )
     modalities = build_modalities(needs, cfg.modalities, context)
+    read = [m.name for m in modalities]
+    for src in sources:
+        unknown = sorted(set(src.modalities) - set(read))
+        if unknown:
+            raise ValueError(
+                f"data.sources.{src.name.split('/')[0]}.modalities names {unknown}, which the "
+                f"model does not read (it reads {read})"
+            )
     stages = [t for m in modalities for t in m.transforms()] + list(transforms)
     return StreamConfig(
         sources=sources,

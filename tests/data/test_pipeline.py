@@ -496,3 +496,51 @@ def test_mixture_draws_whole_batches_from_one_source_by_probability(tmp_path, ti
     again = [b["__key__"] for _, b in zip(range(20), ShardStream(sc, epoch=0))]
     first = [b["__key__"] for _, b in zip(range(20), ShardStream(replace(sc), epoch=0))]
     assert again == first  # seeded
+
+
+def test_a_source_carries_only_its_modalities(tmp_path, tiny_tokenizer):
+    """An image-text source and a text corpus in one mixture: the corpus' batches hold text
+    keys only (its samples have no image, and are not bad for it); the other source's both."""
+    (tmp_path / "it").mkdir()
+    pairs = _write(tmp_path / "it" / "%05d.tar", [_sample(f"it{i}") for i in range(40)], 20)
+    spec = _mono_shards(tmp_path, {"en": 40})
+    cfg = DataConfig(
+        sources={
+            "pairs": SourceConfig(shards=",".join(pairs)),
+            "corpus": SourceConfig(shards=spec.replace("{lang}", "en"), modalities=["text"]),
+        },
+        batch_size=4,
+    )
+    sc = stream_config(cfg, tiny_tokenizer, needs=NEEDS)
+    seen = collections.Counter()
+    for _, batch in zip(range(40), ShardStream(sc, epoch=0)):
+        source = batch["__source__"]
+        seen[source] += 1
+        assert ("pixels" in batch) == (source == "pairs")
+        assert batch["input_ids"].shape[0] == 4
+        want = "it" if source == "pairs" else "en"
+        assert all(k.startswith(want) for k in batch["__key__"])
+        assert batch["__skipped__"] == 0
+    assert seen["pairs"] and seen["corpus"]
+    cfg.sources["corpus"].modalities = ["audio"]
+    with pytest.raises(ValueError, match=r"data.sources.corpus.modalities names \['audio'\]"):
+        stream_config(cfg, tiny_tokenizer, needs=NEEDS)
+
+
+def test_a_source_whose_samples_are_all_bad_stops_the_stream(tmp_path, tiny_tokenizer):
+    """Text-only samples in a source that must carry images too: every one is bad, and the
+    stream says which source instead of reading it again and again."""
+    (tmp_path / "it").mkdir()
+    pairs = _write(tmp_path / "it" / "%05d.tar", [_sample(f"it{i}") for i in range(40)], 20)
+    spec = _mono_shards(tmp_path, {"en": 12})
+    cfg = DataConfig(
+        sources={
+            "pairs": SourceConfig(shards=",".join(pairs)),
+            "corpus": SourceConfig(shards=spec.replace("{lang}", "en")),
+        },
+        batch_size=4,
+    )
+    sc = stream_config(cfg, tiny_tokenizer, needs=NEEDS)
+    with pytest.raises(DataError, match=r"data source 'corpus' gives no samples .*12 .*skipped"):
+        for _ in zip(range(200), ShardStream(sc, epoch=0)):
+            pass
