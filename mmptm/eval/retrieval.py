@@ -4,9 +4,10 @@ Sample i's item (image, regions, or any modality an encoder reads) and caption a
 ground-truth pair. The two sides come from the model: a contrastive head's two modalities,
 or, for a fusion model with ITM alone, the encoders whose inputs ITM swaps (the items)
 against the rest (the queries); when ITM swaps a second text segment (Oscar's object tags),
-the items are the tags with the regions and every pair is packed as training packs it. Dual encoders score by the dot product of the contrastive
-embeddings; models with both heads re-rank the top-k of that first stage with ITM; fusion
-models with ITM alone score every pair (quadratic, so capped by ``max_items``).
+the items are the tags with the regions, and every pair is packed as training packs it.
+Dual encoders score by the dot product of the contrastive embeddings; models with both heads
+re-rank the top-k of that first stage with ITM; fusion models with ITM alone score every
+pair (quadratic, so capped by ``max_items``).
 Legend: I items, T texts (I == T == N here), E embedding width.
 """
 
@@ -74,7 +75,10 @@ def objective_types(model: PretrainModel) -> str:
 
 
 def retrieval_sides(
-    model: PretrainModel, stream: StreamConfig, batch: Sequence[str] = (), late=()
+    model: PretrainModel,
+    stream: StreamConfig,
+    batch: Sequence[str] = (),
+    late: Sequence[BatchTransform] = (),
 ) -> Sides:
     """The item and query sides of ``model``, with the keys ``stream`` gives each.
 
