@@ -1112,7 +1112,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["clip", "multilingual", "vqa", "video", "audio", "knowledge"],
     )
     de.add_argument("--recipes", default=None,
-                    help="vqa: comma list of VL recipes (default: all six tiny ones); "
+                    help="vqa: comma list of VL recipes or study runs (default: the six tiny "
+                    "recipes and single_stream_9l, UNITER at ViLBERT's budget); "
                     "video: of videoclip_tiny (default), video_clip_tiny, videobert_tiny, "
                     "cbt_tiny; audio: of clap_tiny, audio_image_tiny, wav2vec2_tiny, "
                     "hubert_tiny, speechbert_tiny (default: clap_tiny,wav2vec2_tiny); "

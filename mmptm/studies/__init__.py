@@ -61,8 +61,22 @@ DEMO_QUERIES = (
     ("ein kleiner gelber Stern", "de"),
     ("большой синий квадрат", "ru"),
 )
-VL_RECIPES = ("visualbert_tiny", "uniter_tiny", "vilbert_tiny", "lxmert_tiny", "albef_tiny",
-              "oscar_tiny")  # fmt: skip
+#: the VL study's pre-training runs: name → (recipe, overrides). The last one is UNITER's
+#: architecture and heads at the two-stream recipes' budget: every objective on every step
+#: (no task sampling) and 9 fusion layers (1.80 M parameters, ViLBERT's 1.82 M)
+VL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "visualbert_tiny": ("visualbert_tiny", ()),
+    "uniter_tiny": ("uniter_tiny", ()),
+    "vilbert_tiny": ("vilbert_tiny", ()),
+    "lxmert_tiny": ("lxmert_tiny", ()),
+    "albef_tiny": ("albef_tiny", ()),
+    "oscar_tiny": ("oscar_tiny", ()),
+    "single_stream_9l": (
+        "uniter_tiny",
+        ("model.task_mix=__delete__", "model.fusion.transformer.layers=9"),
+    ),
+}
+VL_RECIPES = tuple(VL_RUNS)
 
 
 def _prepare(
@@ -272,15 +286,17 @@ def vqa_study(
     ft_steps: int = 1500,
     seeds: tuple[int, ...] = (0, 1, 2),
     seed: int = 0,
-    retrieval_items: int = 100,
+    retrieval_items: int = 500,
     rerank_k: int = 16,
     overrides=(),
 ) -> dict[str, Any]:
-    """Per VL recipe: retrieval after pre-training, and VQA accuracy of fine-tuning from the
-    pre-trained weights vs. from scratch (same shape, same fine-tuning budget), over seeds.
+    """Per VL run (``VL_RUNS`` names, or any recipe's): retrieval after pre-training, and VQA
+    accuracy of fine-tuning from the pre-trained weights vs. from scratch (same shape, same
+    fine-tuning budget), over seeds; each run's budget (parameters, objectives per step).
 
-    Retrieval: ITM scores every pair, or (recipes with a contrastive head too) ITM re-ranks
-    the contrastive top ``rerank_k``. results.json is rewritten after every recipe.
+    Retrieval over ``retrieval_items`` test pairs (default: the whole test split): ITM scores
+    every pair, and with a contrastive head too (ALBEF) the contrastive ranking alone and its
+    top ``rerank_k`` re-ranked. results.json is rewritten after every run.
     """
     # BPE sized to the English captions and questions (about 340 pieces, every word whole):
     # unigram at 1000 stopped at 69 pieces, letter level, with a warning.
@@ -294,22 +310,25 @@ def vqa_study(
     paths = [f"data.tokenizer={data}/tokenizer.model"] + [
         f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
     ]
-    result: dict[str, Any] = {"retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {}}
+    result: dict[str, Any] = {"budget": {}, "retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {}}
     finetuned: dict[str, Path] = {}  # the first seed's fine-tuning runs, for their curves
-    for recipe in recipes:
+    for recipe in recipes:  # a run's name: the recipe's, or a VL_RUNS variant's
+        base, variant = VL_RUNS.get(recipe, (recipe, ()))
         run = out / recipe
         cfg = load_run_config(
-            f"configs/pretrain/{recipe}.yaml",
+            f"configs/pretrain/{base}.yaml",
             [
                 f"output_dir={run}",
                 "resume=true",
                 f"train.max_steps={steps}",
                 f"seed={seed}",
                 *paths,
+                *variant,
                 *overrides,
             ],
         )
         pretrain(cfg)
+        result["budget"][recipe] = model_budget(load_pretrained(str(run))[0], cfg.data.batch_size)
         result["retrieval"].update(_vl_retrieval(recipe, run, retrieval_items, rerank_k))
         for name, init in (("pre-trained", []), ("from scratch", ["init_mode=architecture"])):
             scores = []
@@ -331,6 +350,10 @@ def vqa_study(
                               "seeds": list(seeds), "retrieval_items": retrieval_items,
                               "rerank_k": rerank_k}  # fmt: skip
         (out / "results.json").write_text(json.dumps(result, indent=2))
+    print(
+        f"\npre-training budgets ({steps} steps each; objectives: share of the steps each trains):"
+    )
+    print(format_budgets(result["budget"]))
     print(f"\nimage↔text retrieval on {retrieval_items} test pairs (ITM scores every pair; with")
     print(f"a contrastive head too: contrastive alone, ITM over all, top {rerank_k} re-ranked):")
     print(format_table(result["retrieval"]))
@@ -343,6 +366,34 @@ def vqa_study(
     _curves(out, "curves_vqa.png", finetuned, ["vqa_loss", "vqa_score"],
             f"VQA fine-tuning (seed {seeds[0]})")  # fmt: skip
     return result
+
+
+def model_budget(model, batch_size: int) -> dict[str, Any]:
+    """What a pre-training run spends, to compare recipes at equal budgets: parameters (all,
+    and the fusion's), the batch size, and the share of steps each objective trains (1 for
+    every objective without ``task_mix``; its weight's share with it)."""
+    mix = model.cfg.task_mix
+    total = sum(mix.values())
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "fusion_parameters": sum(p.numel() for p in model.fusion.parameters()),
+        "batch_size": batch_size,
+        "objectives": {n: mix.get(n, 0.0) / total if mix else 1.0 for n in model.cfg.objectives},
+    }
+
+
+def format_budgets(budgets: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per run: parameters, fusion parameters, batch, objectives with their shares."""
+    lines = [f"  {'run':<20} {'params':>8} {'fusion':>8} {'batch':>5}  objectives (share of steps)"]
+    for name, b in budgets.items():
+        objs = ", ".join(
+            n if share == 1.0 else f"{n} {share:.2f}" for n, share in b["objectives"].items()
+        )
+        lines.append(
+            f"  {name:<20} {b['parameters'] / 1e6:7.2f}M {b['fusion_parameters'] / 1e6:7.2f}M "
+            f"{b['batch_size']:>5}  {objs}"
+        )
+    return "\n".join(lines)
 
 
 def _vl_retrieval(recipe: str, run: Path, items: int, rerank_k: int) -> dict[str, dict]:
