@@ -16,7 +16,8 @@ times after a warm-up; the median is printed. Decoding runs in the main process 
     .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw \
         --recipes clap_tiny,wav2vec2_tiny,speechbert_tiny --workers 0
     # video recipes: toyworld's video views (and a codebook for videobert_tiny)
-    mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es --views video,video_features
+    mmptm data toyworld --out /tmp/tw --languages en,de,fr,ru,es \
+        --views image_text,video,video_features  # video_clip_tiny: images too
     mmptm units fit --shards '/tmp/tw/video_features/train-*.tar' --k 256 \
         --out /tmp/tw/video_features/codebook.npy
     .venv/bin/python benchmarks/bench_loader.py --data /tmp/tw \
@@ -37,33 +38,16 @@ from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
 from mmptm.models.run import load_run_config
+from mmptm.studies import relocated
 
 ROOT = Path(__file__).resolve().parents[1]
-AUDIO_VIEW = ("clap_tiny", "audio_image_tiny", "wav2vec2_tiny", "hubert_tiny")
 VL = ("clip_tiny", "vilt_tiny", "visualbert_tiny", "uniter_tiny", "lxmert_tiny", "albef_tiny")
 
 
 def recipe_overrides(recipe: str, data: Path, workers: int) -> list[str]:
-    """Point a tiny recipe's toyworld paths at ``data``."""
-    over = [f"data.tokenizer={data}/tokenizer.model", f"data.num_workers={workers}"]
-    if recipe.startswith("xlm"):
-        return [
-            *over,
-            f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar",
-            f"data.sources.tlm.shards={data}/parallel/train-*.tar",
-        ]
-    if recipe == "mbert_tiny":
-        return [*over, f"data.sources.mono.shards={data}/mono/train-{{lang}}-*.tar"]
-    views = {"clip_tiny": "image_text", "vilt_tiny": "image_text", "video_clip_tiny": "video"}
-    views |= {k: "video_features" for k in ("videoclip_tiny", "videobert_tiny", "cbt_tiny")}
-    views |= {k: "audio" for k in AUDIO_VIEW}
-    views["speechbert_tiny"] = "speech"
-    view = views.get(recipe, "regions")
-    if recipe == "videobert_tiny":
-        over.append(f"model.encoders.units.codebook={data}/video_features/codebook.npy")
-    if recipe == "hubert_tiny":
-        over.append(f"model.objectives.hubert.codebook={data}/audio/mfcc_codebook.npy")
-    return [*over, f"data.train={data}/{view}/train-*.tar"]
+    """Point a tiny recipe's toyworld paths (shards of every source, tokenizer, codebooks) at
+    ``data``."""
+    return [*relocated(recipe, data), f"data.num_workers={workers}"]
 
 
 def loader_rate(

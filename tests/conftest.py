@@ -9,6 +9,7 @@ import pytest
 from mmptm.config import from_dict, load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.tokenizer import Tokenizer, train_tokenizer
+from mmptm.studies import relocated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,15 +53,10 @@ def tiny_tokenizer(tiny_world: Path) -> Tokenizer:
 def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[str]:
     """Overrides that point a recipe's ``data/toyworld`` paths at ``world`` and shrink it."""
     tree = load_yaml_tree(ROOT / "configs" / "pretrain" / f"{recipe}.yaml")
-    data, model = tree.get("data", {}), tree.get("model", {})
-
-    def here(path: str) -> str:
-        return path.replace("data/toyworld", str(world))
-
-    over = [f"output_dir={out}", f"data.tokenizer={world}/tokenizer.model"]
-    over += [f"data.{k}={here(data[k])}" for k in ("train", "val", "test") if data.get(k)]
-    for name, src in (data.get("sources") or {}).items():
-        over.append(f"data.sources.{name}.shards={here(src['shards'])}")
+    model = tree.get("model", {})
+    # every data/toyworld path: shards of each split and source, codebooks, graph files
+    over = [f"output_dir={out}", *relocated(recipe, world)]
+    over.append(f"data.tokenizer={world}/tokenizer.model")
     over += [
         "data.batch_size=8",
         "data.num_workers=0",
@@ -72,23 +68,6 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
         "train.ckpt_every=3",
         "train.progress=false",
     ]
-    for name, enc in (model.get("encoders") or {}).items():
-        if isinstance(enc, dict) and enc.get("codebook"):  # units encoders (VideoBERT)
-            over.append(f"model.encoders.{name}.codebook={here(enc['codebook'])}")
-    for name, obj in (model.get("objectives") or {}).items():
-        if isinstance(obj, dict) and obj.get("codebook"):  # HuBERT's MFCC units
-            over.append(f"model.objectives.{name}.codebook={here(obj['codebook'])}")
-    fusion = model.get("fusion") or {}
-    for key in ("graph", "entities", "relation_names"):  # K-BERT's graph settings
-        if isinstance(fusion.get(key), str) and fusion[key]:
-            over.append(f"model.fusion.{key}={here(fusion[key])}")
-    if isinstance(fusion.get("entities"), dict) and fusion["entities"].get("embeddings"):
-        over.append(f"model.fusion.entities.embeddings={here(fusion['entities']['embeddings'])}")
-    for lang, path in (fusion.get("aliases") or {}).items():
-        over.append(f"model.fusion.aliases.{lang}={here(path)}")
-    for name, obj in (model.get("objectives") or {}).items():
-        if isinstance(obj, dict) and obj.get("relations"):  # KEPLER's relation vocabulary
-            over.append(f"model.objectives.{name}.relations={here(obj['relations'])}")
     if model.get("fusion", {}).get("type") == "two_stream":
         over += ["model.fusion.language_heads=2", "model.fusion.vision_heads=2"]
     else:

@@ -617,7 +617,12 @@ def stream_config(
     spec = shards if shards is not None else getattr(cfg, split)
     if split == "train" and shards is None and cfg.sources:
         if cfg.train:
-            raise ValueError("set data.train or data.sources, not both")
+            names = ", ".join(cfg.sources)
+            raise ValueError(
+                f"set data.train or data.sources ({names}), not both: point the sources at "
+                "your shards (data.sources.<name>.shards=...) or train on data.train alone "
+                "(data.sources=__delete__)"
+            )
         sources = mixture(cfg.sources)
     elif not spec:
         raise ValueError(f"data.{split} is empty: give the shards of the {split} split")

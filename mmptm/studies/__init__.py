@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmptm.config import load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.tokenizer import train_tokenizer
 from mmptm.data.units import fit_codebook
@@ -61,9 +62,11 @@ DEMO_QUERIES = (
     ("ein kleiner gelber Stern", "de"),
     ("большой синий квадрат", "ru"),
 )
-#: the VL study's pre-training runs: name → (recipe, overrides). The last one is UNITER's
-#: architecture and heads at the two-stream recipes' budget: every objective on every step
-#: (no task sampling) and 9 fusion layers (1.80 M parameters, ViLBERT's 1.82 M)
+#: the VL study's pre-training runs: name → (recipe, overrides). The last two are UNITER's
+#: architecture at the two-stream recipes' budget: every objective on every step (no task
+#: sampling) and 9 fusion layers (1.80 M parameters, ViLBERT's 1.82 M), with ViLBERT's
+#: objectives (MLM, ITM, MRFR, masked region classes against the detector's distribution)
+#: and with LXMERT's (the same, the region classes against the true labels)
 VL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "visualbert_tiny": ("visualbert_tiny", ()),
     "uniter_tiny": ("uniter_tiny", ()),
@@ -74,6 +77,15 @@ VL_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "single_stream_9l": (
         "uniter_tiny",
         ("model.task_mix=__delete__", "model.fusion.transformer.layers=9"),
+    ),
+    "single_stream_9l_mrc": (
+        "uniter_tiny",
+        (
+            "model.task_mix=__delete__",
+            "model.fusion.transformer.layers=9",
+            "model.objectives.mrc_kl=__delete__",
+            "model.objectives.mrc={type: mrc, num_classes: 5, target: labels}",
+        ),
     ),
 }
 VL_RECIPES = tuple(VL_RUNS)
@@ -105,6 +117,29 @@ def _prepare(
         fit_to_data=fit_to_data,
     )  # fmt: skip
     return data
+
+
+def relocated(recipe: str, data: Path) -> list[str]:
+    """Overrides that move every ``data/toyworld`` path of a recipe (shards of every split and
+    source, tokenizer, codebooks, entity vectors, graph files) to a study's data, which has
+    toyworld's layout."""
+    over: list[str] = []
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, str) and node.startswith("data/toyworld"):
+            over.append(f"{key}={node.replace('data/toyworld', str(data), 1)}")
+
+    walk(load_yaml_tree(f"configs/pretrain/{recipe}.yaml"), "")
+    return over
+
+
+def recipe_views(recipe: str) -> set[str]:
+    """The toyworld views (``data/toyworld/<view>/...``) a pre-training recipe reads."""
+    moved = relocated(recipe, Path("@"))
+    return {o.split("=", 1)[1].split("/")[1] for o in moved if o.split("=", 1)[1].count("/") > 1}
 
 
 def _curves(
@@ -456,7 +491,9 @@ def video_study(
         raise ValueError(f"video study recipes {unknown}: choices {', '.join(VIDEO_RECIPES)}")
     times: dict[str, float] = {}
     t = time.perf_counter()
-    write = ("video", "video_features", "video_qa") if qa_steps else ("video", "video_features")
+    # the views the recipes read (video_clip_tiny: images too, as 1-frame clips), and QA's
+    views = {"video", "video_features"}.union(*(recipe_views(r) for r in recipes))
+    write = tuple(sorted(views | ({"video_qa"} if qa_steps else set())))
     data = _prepare(
         out, n_train, n_test, seed, LANGS, 1000, views=("video",), model_type="bpe", write=write
     )
@@ -470,11 +507,7 @@ def video_study(
     qa_runs: dict[str, Path] = {}
     for name in runs:
         recipe, extra = _VIDEO_RUNS[name]
-        view = "video" if recipe == "video_clip_tiny" else "video_features"
         run = pretrained[name] = out / name.replace(" ", "_")
-        paths = [f"data.{split}={data}/{view}/{split}-*.tar" for split in ("train", "val", "test")]
-        if recipe == "videobert_tiny":
-            paths.append(f"model.encoders.units.codebook={codebook}")
         t = time.perf_counter()
         cfg = load_run_config(
             f"configs/pretrain/{recipe}.yaml",
@@ -482,11 +515,10 @@ def video_study(
                 f"output_dir={run}",
                 "resume=true",
                 f"seed={seed}",
-                f"data.tokenizer={data}/tokenizer.model",
+                *relocated(recipe, data),  # shards, tokenizer, VideoBERT's codebook
                 # captions in every language (one drawn per clip and epoch): text→video
                 # retrieval is then measured per language; evaluation reads English
                 f"data.modalities.text.caption_languages=[{','.join(LANGS)}]",
-                *paths,
                 *([f"train.max_steps={steps}"] if steps else []),
                 *extra,
                 *overrides,

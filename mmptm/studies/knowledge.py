@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmptm.config import load_yaml_tree
 from mmptm.data import toyworld
 from mmptm.data.converters_spans import convert_spans
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
@@ -46,6 +45,7 @@ from mmptm.objectives.vqa import (
     soft_score,
     write_answer_vocab,
 )
+from mmptm.studies import relocated
 from mmptm.train.kge import KGETrainConfig, train_embeddings
 from mmptm.train.trainer import pretrain
 
@@ -64,23 +64,6 @@ LANGS = ("en", "de", "fr", "ru", "es")
 #: the cloze templates: index 0 a paraphrase the training text never uses, 1 its own wording
 CLOZE_WORDINGS = {"text wording": 1, "paraphrase": 0}
 GROUPS = ("text", "graph")
-
-
-def _relocated(recipe: str, data: Path) -> list[str]:
-    """Overrides that move every ``data/toyworld`` path of a recipe (its shards, tokenizer,
-    entity vectors, graph, aliases, relation list) to the study's data, which has the same
-    layout."""
-    over: list[str] = []
-
-    def walk(node: Any, key: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, f"{key}.{k}" if key else str(k))
-        elif isinstance(node, str) and node.startswith("data/toyworld"):
-            over.append(f"{key}={node.replace('data/toyworld', str(data), 1)}")
-
-    walk(load_yaml_tree(f"configs/pretrain/{recipe}.yaml"), "")
-    return over
 
 
 def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
@@ -212,7 +195,7 @@ def knowledge_study(
             t0 = time.monotonic()
             cfg = load_run_config(f"configs/pretrain/{recipe}.yaml", [
                 f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}",
-                *_relocated(recipe, data), *extra, *overrides,
+                *relocated(recipe, data), *extra, *overrides,
             ])  # fmt: skip
             pretrain(cfg)
             times[f"pre-training {name}"] = time.monotonic() - t0

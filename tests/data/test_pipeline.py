@@ -498,6 +498,19 @@ def test_mixture_draws_whole_batches_from_one_source_by_probability(tmp_path, ti
     assert again == first  # seeded
 
 
+def test_train_shards_beside_sources_name_the_sources_and_both_ways_out(tmp_path, tiny_tokenizer):
+    spec = _mono_shards(tmp_path, {"en": 8})
+    cfg = DataConfig(
+        train=spec.replace("{lang}", "en"),
+        sources={"video": SourceConfig(shards=spec), "images": SourceConfig(shards=spec)},
+    )
+    with pytest.raises(ValueError) as e:
+        stream_config(cfg, tiny_tokenizer, needs={"text": Need("text")})
+    msg = str(e.value)
+    assert "(video, images)" in msg and "data.sources.<name>.shards=" in msg
+    assert "data.sources=__delete__" in msg and "\n" not in msg
+
+
 def test_a_source_carries_only_its_modalities(tmp_path, tiny_tokenizer):
     """An image-text source and a text corpus in one mixture: the corpus' batches hold text
     keys only (its samples have no image, and are not bad for it); the other source's both."""
