@@ -160,6 +160,11 @@ class VideoFramesEncoder(Encoder):
         #: pooling: what is there, not where) or ``grid`` (the feature map, or the patch
         #: tokens, concatenated: what is where, so motion is visible from frame to frame)
         frame_vector: Literal["pool", "grid"] = "pool"
+        #: normalisation after the projection: ``layer`` (per token) or ``batch`` (each
+        #: channel over the batch's real frames, BatchNorm): a backbone without BatchNorm of
+        #: its own (a ViT) gives every frame of a plain scene nearly the same vector, and
+        #: removing the batch's shared part lets the contrastive loss see the differences
+        proj_norm: Literal["layer", "batch"] = "layer"
         #: learned spatial position embedding on the patch grid (tokens: patch)
         position_embedding: bool = True
         #: rows of the temporal position table (the longest clip this encoder accepts)
@@ -191,7 +196,7 @@ class VideoFramesEncoder(Encoder):
             self.backbone.train(was_training)
         self.n_patches, channels = probe.shape[1], probe.shape[2]
         self.proj = nn.Linear(channels, width)
-        self.norm = nn.LayerNorm(width)
+        self.norm = nn.LayerNorm(width) if cfg.proj_norm == "layer" else nn.BatchNorm1d(width)
         self.spatial_pos: nn.Parameter | None = None
         if cfg.tokens == "patch" and cfg.position_embedding:
             self.spatial_pos = nn.Parameter(torch.empty(self.n_patches, width).normal_(std=0.02))
@@ -216,6 +221,13 @@ class VideoFramesEncoder(Encoder):
             return f
         raise ValueError(f"{self.cfg.model_name}: unsupported feature shape {tuple(f.shape)}")
 
+    def _project(self, f_MPC: torch.Tensor) -> torch.Tensor:
+        """Backbone features of real frames → normalised tokens [M,P,D]."""
+        x_MPD = self.proj(f_MPC)
+        if isinstance(self.norm, nn.BatchNorm1d):  # statistics over every real frame's tokens
+            return self.norm(x_MPD.flatten(0, 1)).view(x_MPD.shape)
+        return self.norm(x_MPD)
+
     def forward(self, batch: dict) -> ModalityTokens:
         frames_BTCHW = batch[self.input_key]
         if frames_BTCHW.ndim != 5:
@@ -234,12 +246,11 @@ class VideoFramesEncoder(Encoder):
         real_N = real_BT.reshape(B * T)
         frames_NCHW = frames_BTCHW.reshape(B * T, *frames_BTCHW.shape[2:])
         if bool(real_N.all()):
-            f_NPC = self._features(frames_NCHW)
+            x_NPD = self._project(self._features(frames_NCHW))
         else:
-            f_MPC = self._features(frames_NCHW[real_N])
-            f_NPC = f_MPC.new_zeros(B * T, *f_MPC.shape[1:])
-            f_NPC[real_N] = f_MPC
-        x_NPD = self.norm(self.proj(f_NPC))
+            x_MPD = self._project(self._features(frames_NCHW[real_N]))
+            x_NPD = x_MPD.new_zeros(B * T, *x_MPD.shape[1:])
+            x_NPD[real_N] = x_MPD
         if self.spatial_pos is not None:
             x_NPD = x_NPD + self.spatial_pos
         x_BTPD = self.drop(x_NPD.view(B, T, x_NPD.shape[1], self.width))
@@ -359,6 +370,13 @@ class VideoBackboneEncoder(Encoder):
             f = net.norm(net.features(net.pos_drop(net.patch_embed(x_BCTHW))))
             f = f.permute(0, 4, 1, 2, 3)
         return f.mean(dim=(3, 4)).transpose(1, 2)  # [B,C,T',H',W'] -> [B,T',C]
+
+    def _project(self, f_MPC: torch.Tensor) -> torch.Tensor:
+        """Backbone features of real frames → normalised tokens [M,P,D]."""
+        x_MPD = self.proj(f_MPC)
+        if isinstance(self.norm, nn.BatchNorm1d):  # statistics over every real frame's tokens
+            return self.norm(x_MPD.flatten(0, 1)).view(x_MPD.shape)
+        return self.norm(x_MPD)
 
     def forward(self, batch: dict) -> ModalityTokens:
         frames_BTCHW = batch[self.input_key]

@@ -108,9 +108,11 @@ def test_bag_of_frames_at_init_and_temporal_layers_learn_order(tokens, cfg) -> N
     assert gap > 2e-4 and gap > 50 * bag_gap, (gap, bag_gap)
 
 
-@pytest.mark.parametrize("layers", [0, 2])
-def test_padding_frames_change_nothing_and_skip_the_backbone(layers) -> None:
-    enc = _frames(temporal_layers=layers).train()  # train: BatchNorm uses batch statistics
+@pytest.mark.parametrize(("layers", "norm"), [(0, "layer"), (2, "layer"), (2, "batch")])
+def test_padding_frames_change_nothing_and_skip_the_backbone(layers, norm) -> None:
+    # train: BatchNorm (the backbone's, and proj_norm: batch) uses batch statistics, which
+    # must come from the real frames alone
+    enc = _frames(temporal_layers=layers, proj_norm=norm).train()
     clips = _clips(2, 3, 32)
     calls = []
     enc.backbone.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
@@ -121,6 +123,28 @@ def test_padding_frames_change_nothing_and_skip_the_backbone(layers) -> None:
     assert calls == [6, 6]  # the 4 padding frames never reach the backbone
     torch.testing.assert_close(long.tokens[:, :3], short.tokens, rtol=1e-5, atol=1e-5)
     assert torch.equal(long.mask, mask)
+
+
+def test_batch_proj_norm_standardises_each_channel_over_the_real_frames() -> None:
+    """proj_norm: batch removes what every frame of the batch shares (a ViT's plain
+    background): each channel of the projected real frames, standardised over them by hand,
+    is the token before the type embedding (temporal positions start at zero and there are
+    no temporal layers); padding frames are not among them."""
+    enc = _frames(proj_norm="batch", frame_vector="grid", **VIT).train()
+    clips = 2.0 + 0.3 * _clips(3, 4, 16)  # a shared picture, each frame a little different
+    mask = torch.tensor([[True] * 4, [True] * 4, [True, True, False, False]])
+    out = enc({"frames": clips, "frames_mask": mask})
+    with torch.no_grad():
+        f = enc.backbone.forward_features(clips[mask]).flatten(1)  # [10, grid]
+        x = enc.proj(f)
+        mu, var = x.mean(0), x.var(0, unbiased=False)
+        want = (x - mu) / torch.sqrt(var + enc.norm.eps)
+    real = out.tokens[out.mask] - enc.type_embedding  # [10, D]
+    torch.testing.assert_close(real, want, atol=1e-4, rtol=1e-4)
+    layer = _frames(frame_vector="grid", **VIT).train()  # per token: the shared part stays
+    same = layer({"frames": clips, "frames_mask": mask}).tokens[out.mask] - layer.type_embedding
+    spread = lambda x: ((x - x.mean(0)).norm(dim=-1).mean() / x.mean(0).norm()).item()  # noqa: E731
+    assert spread(real) > 10 * spread(same)
 
 
 def test_patch_tokens_attend_over_time_per_spatial_position() -> None:
