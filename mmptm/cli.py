@@ -559,6 +559,7 @@ def _demo(args: argparse.Namespace) -> int:
             n_train=args.n_train,
             n_test=args.n_test, steps=args.steps or 1000, ft_steps=args.ft_steps or 1500,
             seeds=tuple(range(args.seeds)), seed=args.seed, overrides=args.overrides,
+            retrieval_items=args.n_test if args.retrieval_items is None else args.retrieval_items,
         )  # fmt: skip
     else:
         studies.multilingual_study(
@@ -1135,6 +1136,9 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--ft-steps", type=int, default=0,
                     help="fine-tuning steps (0: the study's own, 1500; audio: 600; "
                     "knowledge: 300, its knowledge VQA kvqa.yaml's 3000)")  # fmt: skip
+    de.add_argument("--retrieval-items", type=int, default=None,
+                    help="vqa: test pairs ranked after pre-training (default: the whole test "
+                    "split; 0: no retrieval, VQA only)")  # fmt: skip
     de.add_argument("--seed", type=int, default=0)
     de.add_argument("--set", dest="overrides", action="append", default=[],
                     help="key=value override of the pre-training recipe")  # fmt: skip

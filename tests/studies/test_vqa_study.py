@@ -73,3 +73,20 @@ def test_demo_vqa_ranks_oscar_by_its_tags_head_and_albef_three_ways(tmp_path, ca
     printed = capsys.readouterr().out
     assert "albef_tiny, top 16 re-ranked" in printed and "oscar_tiny" in printed
     assert "single_stream_9l" in printed and "1.80M" in printed
+
+
+@pytest.mark.slow
+def test_demo_vqa_without_retrieval_fine_tunes_only(tmp_path):
+    out = tmp_path / "demo"
+    argv = ["demo", "vqa", "--out", str(out), "--n-train", "48", "--n-test", "12",
+            "--steps", "2", "--ft-steps", "2", "--seeds", "1", "--retrieval-items", "0",
+            "--recipes", "visualbert_tiny",
+            "--set", "data.batch_size=8", "--set", "data.num_workers=0"]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["retrieval"] == {} and result["settings"]["retrieval_items"] == 0
+    assert set(result["vqa_mean"]) == {
+        "visualbert_tiny pre-trained",
+        "visualbert_tiny from scratch",
+    }
+    assert result["budget"]["visualbert_tiny"]["objectives"] == {"itm": 1.0, "mlm": 1.0}
