@@ -17,8 +17,10 @@ writes, under ``knowledge/``:
   (Wikidata5M ``wikidata5m_entity.txt`` layout), ``descriptions.txt`` (``wikidata5m_text.txt``
   layout: appearance and kind, never a fact), ``toys.json``, ``values.json``
 - ``text/{split}-{lang}-%06d.tar``: short paragraphs about one toy each, ``json.mentions``
-- ``image_text/{split}-%06d.tar``: the toyworld scenes, captions naming the toys,
-  ``regions.npz`` as the regions view and ``json.region_entities``
+- ``image_text/{split}-%06d.tar``: the toyworld scenes, captions naming the toys and opening
+  with one fact of a pictured toy whose facts the text states, the toy called by its
+  appearance ("The red circle is made of wood."), ``regions.npz`` as the regions view and
+  ``json.region_entities``
 - ``probe/cloze.{lang}.jsonl``, ``typing/``, ``relations/``, ``kvqa/``: the downstream sets
   (:mod:`~mmptm.data.toyworld.knowledge_sets`)
 
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from mmptm.data.toyworld.language import LEXICON, _noun_phrase
+from mmptm.data.toyworld.language import LEXICON, _noun_phrase, definite
 from mmptm.data.toyworld.scene import COLORS, SHAPES, SIZES, SPLITS, Obj
 from mmptm.data.toyworld.views import _write_atomic
 
@@ -404,6 +406,22 @@ def neutral_sentence(toy: Toy, which: int, lang: str) -> tuple[str, list[Mention
     t = TEMPLATES[lang]
     template = t["appearance"] if which == 0 else t["neutral"][which - 1]
     return fill(template, {"s": (toy.names[lang], toy.id), "np": (toy.appearance(lang), None)})
+
+
+#: the TEMPLATES row a caption states a pictured toy's fact with: one that opens with the
+#: subject in the nominative (Russian's first two put it in the genitive)
+_PICTURED_TEMPLATE = {"ru": 2}
+
+
+def pictured_fact_sentence(world: World, obj: Obj, relation: str, lang: str) -> str:
+    """A fact of the toy ``obj`` shows, the toy called by its appearance in the scene ("The red
+    circle is made of wood.", a definite phrase unique in a scene): no name and no mention, so
+    a model can tie the fact to the toy only through the image (its region's entity)."""
+    value = world.values[world.toy_of(obj).facts[relation]]
+    template = TEMPLATES[lang][relation][_PICTURED_TEMPLATE.get(lang, 0)]
+    subject = definite(obj, lang)
+    text, _ = fill(template, {"s": (subject, None), "o": (value.names[lang], None)})
+    return text[0].upper() + text[1:]
 
 
 N_NEUTRAL = 1 + len(TEMPLATES["en"]["neutral"])

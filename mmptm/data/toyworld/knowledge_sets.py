@@ -40,6 +40,7 @@ from mmptm.data.toyworld.knowledge import (
     caption_mentions,
     fill,
     graph_files,
+    pictured_fact_sentence,
     render_text,
     text_sample,
     write_files,
@@ -51,6 +52,7 @@ from mmptm.data.toyworld.vqa import VqaQuestion, _annotate, _vqa_files, qa_recor
 
 _SETS_STREAM = 13  # [seed, 13, k]: typing and relation draws
 _KVQA_STREAM = 14  # [*scene.entropy, 14]
+_CAPTION_FACT_STREAM = 15  # [*scene.entropy, 15]: which pictured toy's fact a caption states
 MASK = "[MASK]"
 
 # fmt: off
@@ -235,17 +237,42 @@ def _names(world: World, scene: Scene, lang: str) -> dict[str, str]:
     return {world.toy_of(o).id: world.toy_of(o).names[lang] for o in scene.objects}
 
 
+def caption_fact(world: World, scene: Scene) -> dict[str, Any] | None:
+    """The fact a scene's captions state: of a random pictured toy whose facts the text states
+    (None when the scene shows none; a graph-only toy's facts stay in the graph), a random
+    relation: ``region``, ``entity``, ``relation``, ``answer_entity``."""
+    rng = np.random.default_rng([*scene.entropy, _CAPTION_FACT_STREAM])
+    told = [i for i, o in enumerate(scene.objects) if world.toy_of(o).facts_in_text]
+    if not told:
+        return None
+    i = told[int(rng.integers(len(told)))]
+    relation = FACT_RELATIONS[int(rng.integers(len(FACT_RELATIONS)))]
+    toy = world.toy_of(scene.objects[i])
+    return {"region": i, "entity": toy.id, "relation": relation,
+            "answer_entity": toy.facts[relation]}  # fmt: skip
+
+
 def scene_sample_json(world: World, scene: Scene, record: dict, languages: Sequence[str]) -> dict:
-    """The image_text record of a scene with toy-naming captions, their mentions, the toy of
-    each object (``toys``, = ``region_entities``: regions are the objects, in order)."""
+    """The image_text record of a scene: captions that open with :func:`caption_fact` (the
+    toy called by its appearance: a masked value word there can only be recovered through the
+    image, from the region's entity, which is what knowledge VQA asks) and then name the toys;
+    their mentions (the toys' names only), the fact (``caption_fact``), the toy of each object
+    (``toys``, = ``region_entities``: regions are the objects, in order)."""
     toys = [world.toy_of(o) for o in scene.objects]
-    captions = {lang: describe(scene, lang, [t.names[lang] for t in toys]) for lang in languages}
+    fact = caption_fact(world, scene)
+    captions = {}
+    for lang in languages:
+        caption = describe(scene, lang, [t.names[lang] for t in toys])
+        if fact is not None:
+            obj = scene.objects[fact["region"]]
+            caption = f"{pictured_fact_sentence(world, obj, fact['relation'], lang)} {caption}"
+        captions[lang] = caption
     mentions = {
         lang: caption_mentions(c, _names(world, scene, lang)) for lang, c in captions.items()
     }
     ids = [t.id for t in toys]
     return {**record, "captions": captions, "mentions": mentions, "toys": ids,
-            "region_entities": ids}  # fmt: skip
+            "region_entities": ids, "caption_fact": fact}  # fmt: skip
 
 
 def _jsonl(items: Sequence[dict]) -> str:

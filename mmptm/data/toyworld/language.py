@@ -365,6 +365,16 @@ def _definite(lex: dict[str, Any], obj: Obj, case: str) -> str:
     return " ".join(text.split())
 
 
+def definite(obj: Obj, lang: str) -> str:
+    """The object as a definite noun phrase in the nominative ("the red circle", French
+    "l'étoile verte"): a scene's (colour, shape) pairs are distinct, so it names one object."""
+    lex = LEXICON[lang]
+    text = _definite(lex, obj, "nom")
+    for pattern, repl in lex["definite"].get("contract", ()):
+        text = re.sub(pattern, repl, text)
+    return text
+
+
 def state(scene: Scene, claim: Claim, lang: str) -> str:
     """The claim as a sentence in one language: "The red circle is large."."""
     lex = LEXICON[lang]

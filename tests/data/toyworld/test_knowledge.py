@@ -113,6 +113,49 @@ def test_no_fact_of_a_graph_only_toy_in_text(kdir):
     assert stated[True] > 50 and stated[False] == 0  # the scan does see facts of text toys
 
 
+_PICTURED_EN = re.compile(
+    r"The (\w+) (\w+) (is made of|belongs to|comes from) (\w+)\. "
+)
+_EN_RELATION = {"is made of": "made_of", "belongs to": "owned_by", "comes from": "comes_from"}
+
+
+def test_captions_state_one_fact_of_a_pictured_text_toy(kdir):
+    """Every caption opens with one fact of a pictured toy whose facts the text states,
+    the toy called by its colour and shape (no mention), and names no other value."""
+    facts = _facts(kdir)
+    toys = {t["id"]: t for t in _toys(kdir)}
+    values = {v["id"]: v for v in json.loads((kdir / "graph" / "values.json").read_text())}
+    seen = Counter()
+    for _, s in _samples(kdir, "image_text/*.tar"):
+        meta = json.loads(s["json"])
+        told = [e for e in meta["region_entities"] if toys[e]["facts_in_text"]]
+        caption = meta["captions"]["en"]
+        m = _PICTURED_EN.match(caption)
+        if not told:
+            assert m is None and meta["caption_fact"] is None, caption
+            seen["none"] += 1
+            continue
+        assert m, caption
+        color, shape, verb, word = m.group(1, 2, 3, 4)
+        (i,) = [i for i, o in enumerate(meta["objects"])
+                if (o["color"], o["shape"]) == (color, shape)]  # fmt: skip
+        entity = meta["region_entities"][i]
+        assert toys[entity]["facts_in_text"]
+        answer = facts[entity, _EN_RELATION[verb]]
+        assert values[answer]["names"]["en"] == word
+        assert meta["caption_fact"] == {"region": i, "entity": entity,
+                                        "relation": _EN_RELATION[verb], "answer_entity": answer}
+        for lang in LANGS:  # the same fact in every language, and no other value
+            named = [v for v in values.values()
+                     if re.search(rf"(?<!\w){re.escape(v['names'][lang])}(?!\w)",
+                                  meta["captions"][lang])]  # fmt: skip
+            assert [v["id"] for v in named] == [answer], meta["captions"][lang]
+            opening = meta["captions"][lang].index(". ") + 1  # the fact's sentence: no mention
+            assert all(start > opening for start, _, _ in meta["mentions"][lang])
+        seen["fact"] += 1
+    assert seen["fact"] > 30 and seen["none"] > 0
+
+
 def test_downstream_answers_agree_with_the_graph(kdir):
     facts = _facts(kdir)
     values = {v["id"]: v for v in json.loads((kdir / "graph" / "values.json").read_text())}
