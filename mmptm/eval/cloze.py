@@ -230,12 +230,15 @@ def score_queries(
     *,
     device: str = "cpu",
     batch_size: int = 64,
+    text_only: bool = True,
 ) -> dict[str, tuple[float, int]]:
     """Mean log-probability of each sample's ``cloze`` span pieces with them masked, and the
-    number of pieces, by sample key (samples as :func:`query_sample` makes them)."""
+    number of pieces, by sample key (samples as :func:`query_sample` makes them).
+    ``text_only``: read the samples' text views alone (False: every view the model reads, for
+    samples that carry its image or regions too, a visual cloze)."""
     mlm = _mlm_head(model)
     view = mlm.cfg.modality
-    needs = {v: n for v, n in model.data_needs().items() if n.modality == "text"}
+    needs = {v: n for v, n in model.data_needs().items() if n.modality == "text" or not text_only}
     span = {view: Need("text", {"spans": {SPAN: SPAN}})}
     needs = merge_needs([("model", needs), ("cloze", span)])
     prefix = mlm.prefix

@@ -11,7 +11,10 @@ recipe's switch: no entity vectors, no injected triples, no knowledge-embedding 
 - entity typing (micro-F1) and relation classification (accuracy) fine-tuned from each
   pre-trained run (``configs/finetune/entity_typing.yaml``, ``relation_classification.yaml``),
   on toys the fine-tuning never saw,
-- knowledge VQA for the vision-language recipe (``ernie_vl_tiny``),
+- for the vision-language recipe (``ernie_vl_tiny``): a visual cloze (the caption's opening
+  fact about a pictured toy, "The red circle is made of [MASK].", on the test scenes, every
+  pictured toy and relation: the fact can only come through the region's entity) and
+  knowledge VQA,
 
 each split into the toys whose facts the text states (``text``) and the graph-only ones
 (``graph``). Without the graph a model can only guess on ``graph`` toys (chance: cloze
@@ -28,12 +31,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mmptm.data import toyworld
 from mmptm.data.converters_spans import convert_spans
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.data.tokenizer import train_tokenizer
+from mmptm.data.toyworld.knowledge import FACT_RELATIONS, build_world, pictured_fact_sentence
+from mmptm.data.toyworld.scene import Obj
 from mmptm.data.triple_shards import write_triple_shards
-from mmptm.eval.cloze import evaluate_cloze
+from mmptm.eval.cloze import SPAN, evaluate_cloze, rank_metrics, realistic_ranks, score_queries
 from mmptm.eval.curves import plot_curves
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
@@ -153,6 +160,72 @@ def _kvqa(run: Path, data: Path, out: Path, steps: int | None, seed: int) -> dic
     return {"all": overall / 100, **{g: sum(v) / max(len(v), 1) for g, v in scores.items()}}
 
 
+#: test scenes the visual cloze asks about: every pictured toy, every relation (about 2000
+#: queries of 6-10 candidates from 250 scenes)
+VISUAL_CLOZE_SCENES = 250
+
+
+def visual_cloze_queries(
+    data: Path, seed: int, scenes: int = VISUAL_CLOZE_SCENES, lang: str = "en"
+) -> list[dict[str, Any]]:
+    """The visual cloze of toyworld knowledge's first ``scenes`` test scenes: per pictured toy
+    and relation, the scene's caption opening with the fact sentence about that toy (called by
+    its appearance, as the training captions' opening fact) and one sample per candidate
+    value in the value's place (``jpg``, ``regions.npz``, ``json`` with the candidate's span
+    as ``cloze``). Each query: ``samples``, ``gold`` (the index of the toy's value), ``facts``
+    (its group), ``relation``, ``entity``."""
+    world = build_world(seed)
+    shards = expand_shards(f"{data}/knowledge/image_text/test-*.tar")
+    queries: list[dict[str, Any]] = []
+    for n, sample in enumerate(tar_samples(shards, SkipCounter())):
+        if n == scenes:
+            break
+        meta = json.loads(sample["json"])
+        rest, mentions = meta["captions"][lang], meta["mentions"][lang]
+        if meta.get("caption_fact"):  # the names' part of the caption, after its own fact
+            cut = rest.index(". ") + 2
+            rest, mentions = rest[cut:], [[a - cut, b - cut, e] for a, b, e in mentions]
+        for entity in meta["region_entities"]:
+            toy = world.toy(entity)
+            obj = Obj(toy.shape, toy.color, toy.size, 0.0, 0.0, 0.0)
+            for relation in FACT_RELATIONS:
+                values = world.values_of(relation)
+                samples = []
+                for value in values:
+                    sentence, (a, b) = pictured_fact_sentence(world, obj, relation, lang, value.id)
+                    shift = len(sentence) + 1
+                    text = f"{sentence} {rest}"
+                    moved = [[x + shift, y + shift, e] for x, y, e in mentions]
+                    js = {**meta, "captions": {lang: text}, "mentions": {lang: moved},
+                          SPAN: {lang: [[a, b, 0]]}}  # fmt: skip
+                    key = f"{len(queries):06d}_{len(samples):02d}"
+                    samples.append({"__key__": key, "jpg": sample["jpg"], "txt": text,
+                                    "regions.npz": sample["regions.npz"], "json": js})  # fmt: skip
+                gold = [v.id for v in values].index(toy.facts[relation])
+                queries.append({"samples": samples, "gold": gold, "facts": toy.group,
+                                "relation": relation, "entity": entity})  # fmt: skip
+    return queries
+
+
+def visual_cloze(run: Path, data: Path, seed: int, scenes: int = VISUAL_CLOZE_SCENES) -> dict:
+    """P@1 / P@10 / MRR of a vision-language run's masked-LM head on
+    :func:`visual_cloze_queries` (each candidate's mean piece log-probability; the realistic
+    rank of the toy's value): overall, ``text`` and ``graph`` toys (``by_facts``)."""
+    queries = visual_cloze_queries(data, seed, scenes)
+    net, tokenizer, cfg = load_pretrained(str(run))
+    net.eval()
+    scored = score_queries(net, cfg, tokenizer, (s for q in queries for s in q["samples"]),
+                           text_only=False)  # fmt: skip
+    ranks = torch.tensor([
+        float(realistic_ranks(torch.tensor([[scored[s["__key__"]][0] for s in q["samples"]]]),
+                              torch.tensor([q["gold"]]))[0])
+        for q in queries
+    ])  # fmt: skip
+    by = {g: rank_metrics(ranks[[q["facts"] == g for q in queries]]) for g in GROUPS}
+    return {"overall": rank_metrics(ranks), "by_facts": by,
+            **{g: by[g]["p@1"] for g in GROUPS}}  # fmt: skip
+
+
 def knowledge_study(
     out: Path,
     *,
@@ -202,6 +275,7 @@ def knowledge_study(
             t0 = time.monotonic()
             row: dict[str, Any] = {}
             if kind == "vqa":
+                row["visual_cloze"] = visual_cloze(run, data, seed)
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
                 row["cloze"] = _cloze(run, data, languages)
@@ -224,10 +298,10 @@ def format_knowledge(result: Mapping[str, Any]) -> str:
     """The with-graph vs. without-graph table: per run, each task's score on the toys whose
     facts the text states and on the graph-only toys (%)."""
     cols = [("cloze", "text wording"), ("cloze", "paraphrase"), ("typing", ""),
-            ("relations", ""), ("kvqa", "")]  # fmt: skip
+            ("relations", ""), ("visual_cloze", ""), ("kvqa", "")]  # fmt: skip
     present = [c for c in cols if any(c[0] in row for row in result["runs"].values())]
     heads = {"cloze": "cloze P@1", "typing": "typing F1", "relations": "relations acc",
-             "kvqa": "kvqa acc"}  # fmt: skip
+             "visual_cloze": "visual cloze P@1", "kvqa": "kvqa acc"}  # fmt: skip
     lines = [f"{'':<30}" + "".join(
         f"{(heads[t] + (' ' + w if w else '')):>26}" for t, w in present)]  # fmt: skip
     lines.append(f"{'':<30}" + "".join(f"{'text toys':>13}{'graph toys':>13}" for _ in present))

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from mmptm.cli import main
+from mmptm.data import toyworld
 from mmptm.eval.cloze import evaluate_cloze
 from mmptm.models.run import load_run_config
-from mmptm.studies.knowledge import CLOZE_WORDINGS, GROUPS
+from mmptm.studies.knowledge import CLOZE_WORDINGS, GROUPS, LANGS, visual_cloze_queries
+from tests.conftest import read_shard_samples
 
 
 @pytest.mark.slow
@@ -46,8 +49,73 @@ def test_demo_knowledge_with_and_without_the_graph(tmp_path, capsys):
     with_graph = load_run_config(str(run / "config.yaml"))
     without = load_run_config(str(out / "ernie_tiny_nograph" / "config.yaml"))
     assert (with_graph.model.fusion.knowledge, without.model.fusion.knowledge) == (True, False)
-    assert set(runs["ernie_vl_tiny with graph"]) == {"kvqa"}
+    assert set(runs["ernie_vl_tiny with graph"]) == {"visual_cloze", "kvqa"}
+    for g in GROUPS:
+        assert 0 <= runs["ernie_vl_tiny without graph"]["visual_cloze"][g] <= 1
     assert all(0 <= runs["ernie_vl_tiny without graph"]["kvqa"][g] <= 1 for g in GROUPS)
     printed = capsys.readouterr().out
     assert "ernie_tiny without graph" in printed and "graph toys" in printed
     assert (out / "curves.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def kdata(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vc") / "tw"
+    toyworld.generate(root, n_train=8, n_val=4, n_test=24, image_size=32, shard_size=50,
+                      languages=LANGS, views=("knowledge",))  # fmt: skip
+    return root
+
+
+def test_visual_cloze_queries_ask_each_pictured_toy_its_facts(kdata):
+    k = kdata / "knowledge"
+    toys = {t["id"]: t for t in json.loads((k / "graph" / "toys.json").read_text())}
+    values = json.loads((k / "graph" / "values.json").read_text())
+    shards = sorted(str(p) for p in k.glob("image_text/test-*.tar"))
+    scenes = [json.loads(s["json"]) for _, s in read_shard_samples(shards)]
+    queries = visual_cloze_queries(kdata, 0, scenes=10)
+    assert len(queries) == 3 * sum(len(m["region_entities"]) for m in scenes[:10])
+    q = iter(queries)
+    for meta in scenes[:10]:
+        names = meta["captions"]["en"].split(". ", 1)[1] if meta["caption_fact"] else None
+        for entity in meta["region_entities"]:
+            toy = toys[entity]
+            for relation in ("made_of", "owned_by", "comes_from"):
+                query = next(q)
+                assert (query["entity"], query["relation"]) == (entity, relation)
+                assert query["facts"] == ("text" if toy["facts_in_text"] else "graph")
+                candidates = [v for v in values if v["relation"] == relation]
+                assert len(query["samples"]) == len(candidates)
+                for sample, value in zip(query["samples"], candidates):
+                    text, js = sample["txt"], sample["json"]
+                    assert text.startswith(f"The {toy['color']} {toy['shape']} ")
+                    ((a, b, _),) = js["cloze"]["en"]
+                    assert text[a:b] == value["names"]["en"]
+                    if names is not None:  # the scene's own fact gave way to this one
+                        assert text.endswith(names) and text.count(". ") == 1
+                    assert js["captions"]["en"] == text
+                    for s, e, who in js["mentions"]["en"]:
+                        assert text[s:e] == toys[who]["names"]["en"] and who in js["toys"]
+                    assert sample["jpg"] and sample["regions.npz"]
+                gold = candidates[query["gold"]]["id"]
+                assert gold == toy["facts"][relation]
+
+
+def test_visual_cloze_ranks_the_gold_value(kdata, monkeypatch):
+    """P@1 from the scores: the gold scored highest → 1; every candidate alike → 0 (a tie
+    ranks the gold in the middle); the groups split the queries."""
+    import mmptm.studies.knowledge as study
+
+    queries = visual_cloze_queries(kdata, 0, scenes=6)
+    gold = {s["__key__"] for q in queries for i, s in enumerate(q["samples"]) if i == q["gold"]}
+    monkeypatch.setattr(study, "load_pretrained", lambda run: (torch.nn.Linear(1, 1), None, None))
+    for score, want in ((lambda k: 0.0 if k in gold else -1.0, 1.0), (lambda k: -1.0, 0.0)):
+        monkeypatch.setattr(
+            study, "score_queries",
+            lambda net, cfg, tok, samples, text_only, f=score: {
+                s["__key__"]: (f(s["__key__"]), 1) for s in samples},
+        )  # fmt: skip
+        r = study.visual_cloze(kdata / "run", kdata, 0, scenes=6)
+        assert r["overall"]["p@1"] == want and r["overall"]["n"] == len(queries)
+        n = {g: sum(q["facts"] == g for q in queries) for g in GROUPS}
+        assert {g: r["by_facts"][g]["n"] for g in GROUPS} == n and min(n.values()) > 0
+        assert r["text"] == r["by_facts"]["text"]["p@1"] == want

@@ -413,15 +413,20 @@ def neutral_sentence(toy: Toy, which: int, lang: str) -> tuple[str, list[Mention
 _PICTURED_TEMPLATE = {"ru": 2}
 
 
-def pictured_fact_sentence(world: World, obj: Obj, relation: str, lang: str) -> str:
+def pictured_fact_sentence(
+    world: World, obj: Obj, relation: str, lang: str, value: str | None = None
+) -> tuple[str, tuple[int, int]]:
     """A fact of the toy ``obj`` shows, the toy called by its appearance in the scene ("The red
     circle is made of wood.", a definite phrase unique in a scene): no name and no mention, so
-    a model can tie the fact to the toy only through the image (its region's entity)."""
-    value = world.values[world.toy_of(obj).facts[relation]]
+    a model can tie the fact to the toy only through the image (its region's entity). Returns
+    the sentence and the value's character span. ``value``: another value id in its place
+    (the visual cloze's candidates); default the toy's own."""
+    value_id = value or world.toy_of(obj).facts[relation]
     template = TEMPLATES[lang][relation][_PICTURED_TEMPLATE.get(lang, 0)]
     subject = definite(obj, lang)
-    text, _ = fill(template, {"s": (subject, None), "o": (value.names[lang], None)})
-    return text[0].upper() + text[1:]
+    slots = {"s": (subject, None), "o": (world.values[value_id].names[lang], value_id)}
+    text, ((start, end, _),) = fill(template, slots)
+    return text[0].upper() + text[1:], (start, end)
 
 
 N_NEUTRAL = 1 + len(TEMPLATES["en"]["neutral"])

@@ -265,7 +265,8 @@ def scene_sample_json(world: World, scene: Scene, record: dict, languages: Seque
         caption = describe(scene, lang, [t.names[lang] for t in toys])
         if fact is not None:
             obj = scene.objects[fact["region"]]
-            caption = f"{pictured_fact_sentence(world, obj, fact['relation'], lang)} {caption}"
+            fact_sentence, _ = pictured_fact_sentence(world, obj, fact["relation"], lang)
+            caption = f"{fact_sentence} {caption}"
         captions[lang] = caption
     mentions = {
         lang: caption_mentions(c, _names(world, scene, lang)) for lang, c in captions.items()

@@ -113,9 +113,7 @@ def test_no_fact_of_a_graph_only_toy_in_text(kdir):
     assert stated[True] > 50 and stated[False] == 0  # the scan does see facts of text toys
 
 
-_PICTURED_EN = re.compile(
-    r"The (\w+) (\w+) (is made of|belongs to|comes from) (\w+)\. "
-)
+_PICTURED_EN = re.compile(r"The (\w+) (\w+) (is made of|belongs to|comes from) (\w+)\. ")
 _EN_RELATION = {"is made of": "made_of", "belongs to": "owned_by", "comes from": "comes_from"}
 
 
@@ -143,8 +141,12 @@ def test_captions_state_one_fact_of_a_pictured_text_toy(kdir):
         assert toys[entity]["facts_in_text"]
         answer = facts[entity, _EN_RELATION[verb]]
         assert values[answer]["names"]["en"] == word
-        assert meta["caption_fact"] == {"region": i, "entity": entity,
-                                        "relation": _EN_RELATION[verb], "answer_entity": answer}
+        assert meta["caption_fact"] == {
+            "region": i,
+            "entity": entity,
+            "relation": _EN_RELATION[verb],
+            "answer_entity": answer,
+        }
         for lang in LANGS:  # the same fact in every language, and no other value
             named = [v for v in values.values()
                      if re.search(rf"(?<!\w){re.escape(v['names'][lang])}(?!\w)",
