@@ -1,8 +1,12 @@
 """Masked language modelling (BERT, mBERT, XLM's MLM and TLM share it).
 
 Data side: dynamic masking of ``mask_prob`` of the real, non-special tokens, replaced by
-[MASK] / a random token / kept at 80/10/10. Loss side: a BERT transform head with the
-output layer tied to the word embeddings, evaluated **only at masked positions**.
+[MASK] / a random token / kept at 80/10/10. With ``mask_spans`` (a span annotation of the
+text plug-in, e.g. the entity mentions ``entity``) each annotated span is also masked whole
+with ``span_mask_prob``, as ERNIE 1.0's entity-level masking, and its own id (``<name>_ids``
+at its first piece: an entity-aware fusion's aligned entity) is removed, so the span's words
+must come from the context, not from the entity it names. Loss side: a BERT transform head
+with the output layer tied to the word embeddings, evaluated **only at masked positions**.
 Legend: B batch, L tokens, D width, M masked positions, V vocabulary.
 """
 
@@ -39,8 +43,12 @@ def mask_tokens(
     special_ids: torch.Tensor,
     random_pool: torch.Tensor,
     word_starts: torch.Tensor | None = None,
+    also_BL: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (masked inputs, labels with IGNORE at unselected positions).
+
+    ``also_BL``: positions selected besides the random draw (whole spans), then replaced by
+    [MASK] / random / kept as the others.
 
     With ``word_starts`` (the ids of word-initial pieces) whole words are selected: a word
     is a word-initial piece, or any text piece that follows a non-text one, together with
@@ -54,6 +62,8 @@ def mask_tokens(
         starts_BL = candidates & (torch.isin(ids_BL, word_starts) | ~after_text_BL)
         word_BL = torch.cumsum(starts_BL.long(), dim=1)  # which word each piece belongs to
     selected = select_positions(candidates, mask_prob, g, groups_BN=word_BL)
+    if also_BL is not None:
+        selected = selected | (also_BL & candidates)
     labels = torch.where(selected, ids_BL, torch.full_like(ids_BL, IGNORE))
     r = torch.rand(ids_BL.shape, generator=g)
     to_mask = selected & (r < p_mask)
@@ -86,6 +96,24 @@ class MaskTokens:
     random_pool: torch.Tensor
     #: word-initial piece ids for whole-word masking; None masks pieces independently
     word_starts: torch.Tensor | None = None
+    #: a span annotation masked whole with ``span_prob`` ("": none)
+    span: str = ""
+    span_prob: float = 0.0
+
+    def _spans(self, batch: Batch, real_BL: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """The pieces of the spans drawn (each span with ``span_prob``); their ids removed."""
+        ids_key, inside_key = f"{self.prefix}{self.span}_ids", f"{self.prefix}{self.span}_mask"
+        if ids_key not in batch or inside_key not in batch:
+            raise ValueError(
+                f"mlm.mask_spans={self.span!r}: the batch has no {inside_key!r}; name a span "
+                "annotation of data.modalities.text.spans (or the fusion's, e.g. ernie's entity)"
+            )
+        starts_BL = batch[ids_key] >= 0
+        span_BL = torch.cumsum(starts_BL.long(), dim=1)  # which span each piece belongs to
+        drawn_BL = select_positions(batch[inside_key] & real_BL, self.span_prob, g,
+                                    groups_BN=span_BL)  # fmt: skip
+        batch[ids_key] = batch[ids_key].masked_fill(drawn_BL & starts_BL, -1)
+        return drawn_BL
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         ids = batch[f"{self.prefix}input_ids"]
@@ -93,6 +121,7 @@ class MaskTokens:
         injected = batch.get(f"{self.prefix}injected_mask")
         if injected is not None:  # K-BERT's injected triples are never masked
             real = real & ~injected
+        spans = self._spans(batch, real.bool(), g) if self.span else None
         inputs, labels = mask_tokens(
             ids,
             real,
@@ -104,6 +133,7 @@ class MaskTokens:
             special_ids=self.special_ids,
             random_pool=self.random_pool,
             word_starts=self.word_starts,
+            also_BL=spans,
         )
         if "itm_labels" in batch:
             foreign_BL = (batch["itm_labels"] == 0)[:, None].expand_as(labels)
@@ -138,6 +168,11 @@ class MaskedLM(Objective):
         whole_word: bool = False
         #: eps of the head's LayerNorm (BERT/XLM-R set it from their config)
         layer_norm_eps: float = 1e-12
+        #: a span annotation of the text plug-in (``data.modalities.text.spans``, or a
+        #: fusion's: ernie's ``entity``) whose spans are also masked whole, each with
+        #: ``span_mask_prob``, their ids removed (ERNIE 1.0's entity masking); "": none
+        mask_spans: str = ""
+        span_mask_prob: float = 0.5
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskTokens:
@@ -153,6 +188,8 @@ class MaskedLM(Objective):
         pool = torch.tensor(
             [i for i in range(vocab.vocab_size) if i not in vocab.special_ids], dtype=torch.long
         )
+        if cfg.mask_spans and not 0.0 < cfg.span_mask_prob <= 1.0:
+            raise ValueError(f"mlm.span_mask_prob must be in (0, 1], got {cfg.span_mask_prob}")
         word_starts = None
         if cfg.whole_word:
             if not vocab.word_starts:
@@ -170,6 +207,8 @@ class MaskedLM(Objective):
             special_ids=specials,
             random_pool=pool,
             word_starts=word_starts,
+            span=cfg.mask_spans,
+            span_prob=cfg.span_mask_prob,
         )
 
     def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:

@@ -184,7 +184,8 @@ def visual_cloze_queries(
         rest, mentions = meta["captions"][lang], meta["mentions"][lang]
         if meta.get("caption_fact"):  # the names' part of the caption, after its own fact
             cut = rest.index(". ") + 2
-            rest, mentions = rest[cut:], [[a - cut, b - cut, e] for a, b, e in mentions]
+            rest = rest[cut:]  # its value's mention goes with it
+            mentions = [[a - cut, b - cut, e] for a, b, e in mentions if a >= cut]
         for entity in meta["region_entities"]:
             toy = world.toy(entity)
             obj = Obj(toy.shape, toy.color, toy.size, 0.0, 0.0, 0.0)

@@ -193,6 +193,56 @@ def test_whole_word_masking_selects_every_piece_of_a_word_or_none() -> None:
     assert torch.equal(out["mlm_labels"][selected], ids[selected])
 
 
+def _spanned_batch(seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Rows of 64 non-special ids with spans of 1-3 pieces laid out by hand (two of them
+    adjacent), as the text plug-in writes them: ``entity_ids`` at a span's first piece,
+    ``entity_mask`` on every piece; and the span index of every piece (-1 outside)."""
+    g = torch.Generator().manual_seed(seed)
+    B, L = 512, 64
+    ids = torch.randint(5, 1000, (B, L), generator=g)
+    ents = torch.full((B, L), -1)
+    inside = torch.zeros(B, L, dtype=torch.bool)
+    which = torch.full((B, L), -1)
+    n = 0
+    for b in range(B):
+        for start, length in ((3, 2), (5, 1), (10, 3), (20, 1)):  # (3, 2) and (5, 1) touch
+            ents[b, start] = int(torch.randint(0, 50, (1,), generator=g))
+            inside[b, start : start + length] = True
+            which[b, start : start + length] = n
+            n += 1
+    return {"input_ids": ids, "entity_ids": ents, "entity_mask": inside}, which
+
+
+def test_span_masking_masks_whole_spans_and_removes_their_entity() -> None:
+    batch, which = _spanned_batch()
+    original = {k: v.clone() for k, v in batch.items()}
+    t = _transform(mask_prob=1e-6, mask_spans="entity", span_mask_prob=0.5)
+    out = t(batch, torch.Generator().manual_seed(0))
+    selected = out["mlm_labels"] != IGNORE
+    assert not bool((selected & (which < 0)).any())  # mask_prob ~ 0: only span pieces
+    n = int(which.max()) + 1
+    sel = torch.zeros(n).index_add_(0, which[which >= 0], selected[which >= 0].float())
+    size = torch.zeros(n).index_add_(0, which[which >= 0], torch.ones(int((which >= 0).sum())))
+    assert bool(((sel == 0) | (sel == size)).all())  # a span in or out as a whole
+    assert abs((sel > 0).float().mean().item() - 0.5) < 0.03
+    # a masked span's entity is gone (at its first piece), a kept one's is kept
+    first = original["entity_ids"] >= 0
+    assert torch.equal(out["entity_ids"][first & selected], torch.full_like(
+        out["entity_ids"][first & selected], -1))  # fmt: skip
+    kept = first & ~selected
+    assert torch.equal(out["entity_ids"][kept], original["entity_ids"][kept])
+    assert torch.equal(out["mlm_labels"][selected], original["input_ids"][selected])
+
+
+def test_span_masking_needs_the_span_annotation() -> None:
+    t = _transform(mask_spans="entity")
+    ids = torch.randint(5, 1000, (2, 8))
+    with pytest.raises(ValueError, match="mask_spans='entity'.*entity_mask"):
+        t({"input_ids": ids}, torch.Generator())
+    with pytest.raises(ValueError, match="span_mask_prob"):
+        _transform(mask_spans="entity", span_mask_prob=0.0)
+
+
 def test_whole_word_masking_needs_word_start_information() -> None:
     with pytest.raises(ValueError, match="whole_word"):
         _transform(whole_word=True)  # VOCAB has no word starts (e.g. an HF config alone)

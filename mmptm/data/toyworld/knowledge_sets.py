@@ -256,21 +256,22 @@ def scene_sample_json(world: World, scene: Scene, record: dict, languages: Seque
     """The image_text record of a scene: captions that open with :func:`caption_fact` (the
     toy called by its appearance: a masked value word there can only be recovered through the
     image, from the region's entity, which is what knowledge VQA asks) and then name the toys;
-    their mentions (the toys' names only), the fact (``caption_fact``), the toy of each object
-    (``toys``, = ``region_entities``: regions are the objects, in order)."""
+    their mentions (the fact's value, then the toys' names; the pictured toy is no mention),
+    the fact (``caption_fact``), the toy of each object (``toys``, = ``region_entities``:
+    regions are the objects, in order)."""
     toys = [world.toy_of(o) for o in scene.objects]
     fact = caption_fact(world, scene)
-    captions = {}
+    captions, mentions = {}, {}
     for lang in languages:
         caption = describe(scene, lang, [t.names[lang] for t in toys])
+        opening: list[list] = []
         if fact is not None:
             obj = scene.objects[fact["region"]]
-            fact_sentence, _ = pictured_fact_sentence(world, obj, fact["relation"], lang)
-            caption = f"{fact_sentence} {caption}"
+            sentence, (a, b) = pictured_fact_sentence(world, obj, fact["relation"], lang)
+            caption = f"{sentence} {caption}"
+            opening = [[a, b, fact["answer_entity"]]]
         captions[lang] = caption
-    mentions = {
-        lang: caption_mentions(c, _names(world, scene, lang)) for lang, c in captions.items()
-    }
+        mentions[lang] = opening + caption_mentions(caption, _names(world, scene, lang))
     ids = [t.id for t in toys]
     return {**record, "captions": captions, "mentions": mentions, "toys": ids,
             "region_entities": ids, "caption_fact": fact}  # fmt: skip

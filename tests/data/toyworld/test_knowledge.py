@@ -89,7 +89,8 @@ def test_mentions_are_the_aliases(kdir):
         for _, s in _samples(kdir, "image_text/*.tar"):
             meta = json.loads(s["json"])
             caption = meta["captions"][lang]
-            assert len(meta["mentions"][lang]) == len(meta["region_entities"])
+            n_fact = meta["caption_fact"] is not None  # the opening fact's value
+            assert len(meta["mentions"][lang]) == len(meta["region_entities"]) + n_fact
             for start, end, entity in meta["mentions"][lang]:
                 assert caption[start:end] in aliases[entity]
     assert n > 500
@@ -152,8 +153,10 @@ def test_captions_state_one_fact_of_a_pictured_text_toy(kdir):
                      if re.search(rf"(?<!\w){re.escape(v['names'][lang])}(?!\w)",
                                   meta["captions"][lang])]  # fmt: skip
             assert [v["id"] for v in named] == [answer], meta["captions"][lang]
-            opening = meta["captions"][lang].index(". ") + 1  # the fact's sentence: no mention
-            assert all(start > opening for start, _, _ in meta["mentions"][lang])
+            # in the fact's sentence the value is a mention, the pictured toy is not
+            opening = meta["captions"][lang].index(". ") + 1
+            inside = [e for start, _, e in meta["mentions"][lang] if start < opening]
+            assert inside == [answer]
         seen["fact"] += 1
     assert seen["fact"] > 30 and seen["none"] > 0
 
