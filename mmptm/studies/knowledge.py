@@ -13,8 +13,9 @@ recipe's switch: no entity vectors, no injected triples, no knowledge-embedding 
   on toys the fine-tuning never saw,
 - for the vision-language recipe (``ernie_vl_tiny``): a visual cloze (the caption's opening
   fact about a pictured toy, "The red circle is made of [MASK].", on the test scenes, every
-  pictured toy and relation: the fact can only come through the region's entity) and
-  knowledge VQA,
+  pictured toy and relation: for graph-only toys the fact can only come through the region's
+  entity; again with every entity swapped for another toy's, which tells whether the model
+  reads the entity or the looks) and knowledge VQA,
 
 each split into the toys whose facts the text states (``text``) and the graph-only ones
 (``graph``). Without the graph a model can only guess on ``graph`` toys (chance: cloze
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from mmptm.data import toyworld
@@ -160,35 +162,58 @@ def _kvqa(run: Path, data: Path, out: Path, steps: int | None, seed: int) -> dic
     return {"all": overall / 100, **{g: sum(v) / max(len(v), 1) for g, v in scores.items()}}
 
 
+_SWAP_STREAM = 16  # [seed, 16]: the visual cloze's entity swap
 #: test scenes the visual cloze asks about: every pictured toy, every relation (about 2000
 #: queries of 6-10 candidates from 250 scenes)
 VISUAL_CLOZE_SCENES = 250
 
 
+def swapped_toys(seed: int) -> dict[str, str]:
+    """Toy id -> another toy's id (a random cycle through all the toys: none maps to itself)."""
+    ids = [t.id for t in build_world(seed).toys]
+    order = np.random.default_rng([seed, _SWAP_STREAM]).permutation(len(ids))
+    return {ids[order[i]]: ids[order[(i + 1) % len(ids)]] for i in range(len(ids))}
+
+
 def visual_cloze_queries(
-    data: Path, seed: int, scenes: int = VISUAL_CLOZE_SCENES, lang: str = "en"
+    data: Path,
+    seed: int,
+    scenes: int = VISUAL_CLOZE_SCENES,
+    lang: str = "en",
+    swap_entities: bool = False,
 ) -> list[dict[str, Any]]:
     """The visual cloze of toyworld knowledge's first ``scenes`` test scenes: per pictured toy
     and relation, the scene's caption opening with the fact sentence about that toy (called by
     its appearance, as the training captions' opening fact) and one sample per candidate
     value in the value's place (``jpg``, ``regions.npz``, ``json`` with the candidate's span
     as ``cloze``). Each query: ``samples``, ``gold`` (the index of the toy's value), ``facts``
-    (its group), ``relation``, ``entity``."""
+    (its group), ``relation``, ``entity``.
+
+    ``swap_entities``: every region's (and name mention's) entity is another toy's
+    (:func:`swapped_toys`), and
+    ``gold``, ``facts`` and ``entity`` are that toy's: a model that reads the fact off the
+    region's entity follows the swap, one that reads it off the appearance does not."""
     world = build_world(seed)
+    swap = swapped_toys(seed) if swap_entities else {}
     shards = expand_shards(f"{data}/knowledge/image_text/test-*.tar")
     queries: list[dict[str, Any]] = []
     for n, sample in enumerate(tar_samples(shards, SkipCounter())):
         if n == scenes:
             break
         meta = json.loads(sample["json"])
+        if swap:  # the regions' entities and the names' mentions alike
+            meta = {**meta, "region_entities": [swap[e] for e in meta["region_entities"]],
+                    "mentions": {k: [[a, b, swap.get(e, e)] for a, b, e in v]
+                                 for k, v in meta["mentions"].items()}}  # fmt: skip
         rest, mentions = meta["captions"][lang], meta["mentions"][lang]
         if meta.get("caption_fact"):  # the names' part of the caption, after its own fact
             cut = rest.index(". ") + 2
             rest = rest[cut:]  # its value's mention goes with it
             mentions = [[a - cut, b - cut, e] for a, b, e in mentions if a >= cut]
         for entity in meta["region_entities"]:
-            toy = world.toy(entity)
-            obj = Obj(toy.shape, toy.color, toy.size, 0.0, 0.0, 0.0)
+            toy = world.toy(entity)  # the swapped-in toy's facts, the pictured one's looks
+            pictured = world.toy(next((k for k, v in swap.items() if v == entity), entity))
+            obj = Obj(pictured.shape, pictured.color, pictured.size, 0.0, 0.0, 0.0)
             for relation in FACT_RELATIONS:
                 values = world.values_of(relation)
                 samples = []
@@ -208,11 +233,17 @@ def visual_cloze_queries(
     return queries
 
 
-def visual_cloze(run: Path, data: Path, seed: int, scenes: int = VISUAL_CLOZE_SCENES) -> dict:
+def visual_cloze(
+    run: Path,
+    data: Path,
+    seed: int,
+    scenes: int = VISUAL_CLOZE_SCENES,
+    swap_entities: bool = False,
+) -> dict:
     """P@1 / P@10 / MRR of a vision-language run's masked-LM head on
     :func:`visual_cloze_queries` (each candidate's mean piece log-probability; the realistic
     rank of the toy's value): overall, ``text`` and ``graph`` toys (``by_facts``)."""
-    queries = visual_cloze_queries(data, seed, scenes)
+    queries = visual_cloze_queries(data, seed, scenes, swap_entities=swap_entities)
     net, tokenizer, cfg = load_pretrained(str(run))
     net.eval()
     scored = score_queries(net, cfg, tokenizer, (s for q in queries for s in q["samples"]),
@@ -277,6 +308,7 @@ def knowledge_study(
             row: dict[str, Any] = {}
             if kind == "vqa":
                 row["visual_cloze"] = visual_cloze(run, data, seed)
+                row["visual_cloze_swapped"] = visual_cloze(run, data, seed, swap_entities=True)
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
                 row["cloze"] = _cloze(run, data, languages)
@@ -299,10 +331,12 @@ def format_knowledge(result: Mapping[str, Any]) -> str:
     """The with-graph vs. without-graph table: per run, each task's score on the toys whose
     facts the text states and on the graph-only toys (%)."""
     cols = [("cloze", "text wording"), ("cloze", "paraphrase"), ("typing", ""),
-            ("relations", ""), ("visual_cloze", ""), ("kvqa", "")]  # fmt: skip
+            ("relations", ""), ("visual_cloze", ""), ("visual_cloze_swapped", ""),
+            ("kvqa", "")]  # fmt: skip
     present = [c for c in cols if any(c[0] in row for row in result["runs"].values())]
     heads = {"cloze": "cloze P@1", "typing": "typing F1", "relations": "relations acc",
-             "visual_cloze": "visual cloze P@1", "kvqa": "kvqa acc"}  # fmt: skip
+             "visual_cloze": "visual cloze P@1", "visual_cloze_swapped": "entity swapped",
+             "kvqa": "kvqa acc"}  # fmt: skip
     lines = [f"{'':<30}" + "".join(
         f"{(heads[t] + (' ' + w if w else '')):>26}" for t, w in present)]  # fmt: skip
     lines.append(f"{'':<30}" + "".join(f"{'text toys':>13}{'graph toys':>13}" for _ in present))

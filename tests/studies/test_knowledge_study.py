@@ -11,7 +11,13 @@ from mmptm.cli import main
 from mmptm.data import toyworld
 from mmptm.eval.cloze import evaluate_cloze
 from mmptm.models.run import load_run_config
-from mmptm.studies.knowledge import CLOZE_WORDINGS, GROUPS, LANGS, visual_cloze_queries
+from mmptm.studies.knowledge import (
+    CLOZE_WORDINGS,
+    GROUPS,
+    LANGS,
+    swapped_toys,
+    visual_cloze_queries,
+)
 from tests.conftest import read_shard_samples
 
 
@@ -49,7 +55,7 @@ def test_demo_knowledge_with_and_without_the_graph(tmp_path, capsys):
     with_graph = load_run_config(str(run / "config.yaml"))
     without = load_run_config(str(out / "ernie_tiny_nograph" / "config.yaml"))
     assert (with_graph.model.fusion.knowledge, without.model.fusion.knowledge) == (True, False)
-    assert set(runs["ernie_vl_tiny with graph"]) == {"visual_cloze", "kvqa"}
+    assert set(runs["ernie_vl_tiny with graph"]) == {"visual_cloze", "visual_cloze_swapped", "kvqa"}
     for g in GROUPS:
         assert 0 <= runs["ernie_vl_tiny without graph"]["visual_cloze"][g] <= 1
     assert all(0 <= runs["ernie_vl_tiny without graph"]["kvqa"][g] <= 1 for g in GROUPS)
@@ -95,6 +101,7 @@ def test_visual_cloze_queries_ask_each_pictured_toy_its_facts(kdata):
                     assert js["captions"]["en"] == text
                     for s, e, who in js["mentions"]["en"]:
                         assert text[s:e] == toys[who]["names"]["en"] and who in js["toys"]
+                    assert js["region_entities"] == meta["region_entities"]
                     assert sample["jpg"] and sample["regions.npz"]
                 gold = candidates[query["gold"]]["id"]
                 assert gold == toy["facts"][relation]
@@ -119,3 +126,35 @@ def test_visual_cloze_ranks_the_gold_value(kdata, monkeypatch):
         n = {g: sum(q["facts"] == g for q in queries) for g in GROUPS}
         assert {g: r["by_facts"][g]["n"] for g in GROUPS} == n and min(n.values()) > 0
         assert r["text"] == r["by_facts"]["text"]["p@1"] == want
+
+
+def test_visual_cloze_with_swapped_entities_asks_the_swapped_in_toy(kdata):
+    """The pictured toy keeps its looks in the sentence; its region (and every name mention)
+    carries another toy's entity, whose fact is the gold."""
+    toys = json.loads((kdata / "knowledge" / "graph" / "toys.json").read_text())
+    by_id = {t["id"]: t for t in toys}
+    values = json.loads((kdata / "knowledge" / "graph" / "values.json").read_text())
+    swap = swapped_toys(0)
+    assert sorted(swap) == sorted(swap.values()) == sorted(by_id)  # a permutation of the toys
+    plain = visual_cloze_queries(kdata, 0, scenes=8)
+    swapped = visual_cloze_queries(kdata, 0, scenes=8, swap_entities=True)
+    assert len(plain) == len(swapped)
+    moved = 0
+    for p, q in zip(plain, swapped):
+        assert q["entity"] != p["entity"] and q["relation"] == p["relation"]
+        toy = by_id[q["entity"]]
+        assert q["facts"] == ("text" if toy["facts_in_text"] else "graph")
+        candidates = [v for v in values if v["relation"] == q["relation"]]
+        assert candidates[q["gold"]]["id"] == toy["facts"][q["relation"]]
+        for a, b in zip(p["samples"], q["samples"]):
+            assert a["txt"] == b["txt"]  # the same words: the pictured toy's looks
+            before, after = a["json"]["region_entities"], b["json"]["region_entities"]
+            assert after.index(q["entity"]) == before.index(p["entity"])
+            pairs = list(zip(before, after)) + [
+                (x[2], y[2])
+                for x, y in zip(a["json"]["mentions"]["en"], b["json"]["mentions"]["en"])
+            ]
+            assert all(x != y and by_id[y]["names"]["en"] for x, y in pairs)
+            assert all(swap[x] == y for x, y in pairs)
+        moved += p["gold"] != q["gold"]
+    assert moved > len(plain) // 3
