@@ -190,9 +190,9 @@ def visual_cloze_queries(
     (its group), ``relation``, ``entity``.
 
     ``swap_entities``: every region's (and name mention's) entity is another toy's
-    (:func:`swapped_toys`), and
-    ``gold``, ``facts`` and ``entity`` are that toy's: a model that reads the fact off the
-    region's entity follows the swap, one that reads it off the appearance does not."""
+    (:func:`swapped_toys`), and ``gold``, ``facts`` and ``entity`` are that toy's: a model
+    that reads the fact off the region's entity follows the swap, one that reads it off the
+    appearance does not."""
     world = build_world(seed)
     swap = swapped_toys(seed) if swap_entities else {}
     shards = expand_shards(f"{data}/knowledge/image_text/test-*.tar")
@@ -201,6 +201,7 @@ def visual_cloze_queries(
         if n == scenes:
             break
         meta = json.loads(sample["json"])
+        pictured = meta["region_entities"]  # the toys the image shows (their looks)
         if swap:  # the regions' entities and the names' mentions alike
             meta = {**meta, "region_entities": [swap[e] for e in meta["region_entities"]],
                     "mentions": {k: [[a, b, swap.get(e, e)] for a, b, e in v]
@@ -210,10 +211,9 @@ def visual_cloze_queries(
             cut = rest.index(". ") + 2
             rest = rest[cut:]  # its value's mention goes with it
             mentions = [[a - cut, b - cut, e] for a, b, e in mentions if a >= cut]
-        for entity in meta["region_entities"]:
-            toy = world.toy(entity)  # the swapped-in toy's facts, the pictured one's looks
-            pictured = world.toy(next((k for k, v in swap.items() if v == entity), entity))
-            obj = Obj(pictured.shape, pictured.color, pictured.size, 0.0, 0.0, 0.0)
+        for shown, entity in zip(pictured, meta["region_entities"]):
+            toy, looks = world.toy(entity), world.toy(shown)  # the entity's facts, shown's looks
+            obj = Obj(looks.shape, looks.color, looks.size, 0.0, 0.0, 0.0)
             for relation in FACT_RELATIONS:
                 values = world.values_of(relation)
                 samples = []
@@ -239,12 +239,14 @@ def visual_cloze(
     seed: int,
     scenes: int = VISUAL_CLOZE_SCENES,
     swap_entities: bool = False,
+    model: tuple[Any, Any, Any] | None = None,
 ) -> dict:
     """P@1 / P@10 / MRR of a vision-language run's masked-LM head on
     :func:`visual_cloze_queries` (each candidate's mean piece log-probability; the realistic
-    rank of the toy's value): overall, ``text`` and ``graph`` toys (``by_facts``)."""
+    rank of the toy's value): overall, ``text`` and ``graph`` toys (``by_facts``). ``model``:
+    the run already loaded, ``(model, tokenizer, cfg)``."""
     queries = visual_cloze_queries(data, seed, scenes, swap_entities=swap_entities)
-    net, tokenizer, cfg = load_pretrained(str(run))
+    net, tokenizer, cfg = model or load_pretrained(str(run))
     net.eval()
     scored = score_queries(net, cfg, tokenizer, (s for q in queries for s in q["samples"]),
                            text_only=False)  # fmt: skip
@@ -307,8 +309,9 @@ def knowledge_study(
             t0 = time.monotonic()
             row: dict[str, Any] = {}
             if kind == "vqa":
-                row["visual_cloze"] = visual_cloze(run, data, seed)
-                row["visual_cloze_swapped"] = visual_cloze(run, data, seed, swap_entities=True)
+                loaded = load_pretrained(str(run))
+                for key, swap in (("visual_cloze", False), ("visual_cloze_swapped", True)):
+                    row[key] = visual_cloze(run, data, seed, swap_entities=swap, model=loaded)
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
                 row["cloze"] = _cloze(run, data, languages)

@@ -417,10 +417,10 @@ def pictured_fact_sentence(
     world: World, obj: Obj, relation: str, lang: str, value: str | None = None
 ) -> tuple[str, tuple[int, int]]:
     """A fact of the toy ``obj`` shows, the toy called by its appearance in the scene ("The red
-    circle is made of wood.", a definite phrase unique in a scene): no name and no mention, so
-    a model can tie the fact to the toy only through the image (its region's entity). Returns
-    the sentence and the value's character span. ``value``: another value id in its place
-    (the visual cloze's candidates); default the toy's own."""
+    circle is made of wood.", a definite phrase unique in a scene): the toy has no name and no
+    mention there, so a model can tie the fact to it only through the image. Returns the
+    sentence and the value's character span (its mention in a caption). ``value``: another
+    value id in its place (the visual cloze's candidates); default the toy's own."""
     value_id = value or world.toy_of(obj).facts[relation]
     template = TEMPLATES[lang][relation][_PICTURED_TEMPLATE.get(lang, 0)]
     subject = definite(obj, lang)
