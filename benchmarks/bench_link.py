@@ -20,8 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from mmptm.data import toyworld
-from mmptm.data.linking import AliasDictionary, link_shards
+from mmptm import toyworld
+from mmptm.converters.linking import AliasDictionary, link_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 
 

@@ -37,7 +37,7 @@ from mmptm.data.pipeline import Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.studies import relocated
 
 ROOT = Path(__file__).resolve().parents[1]

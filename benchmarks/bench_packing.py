@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_parallel import ROOT, recipe_overrides
 
 from mmptm.data.pipeline import Loader
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import Trainer
 
 

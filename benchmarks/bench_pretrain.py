@@ -30,7 +30,8 @@ from harness import time_interleaved
 
 from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
+from mmptm.recipe import ModelConfig
 
 Batch = dict[str, torch.Tensor]
 

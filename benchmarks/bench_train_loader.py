@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from mmptm.data.pipeline import Loader
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -26,7 +26,8 @@ from harness import report_ratio, time_interleaved
 
 from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
+from mmptm.recipe import ModelConfig
 
 
 def parse_args() -> argparse.Namespace:

@@ -42,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_parallel_data import PACKAGES, prepare_text, write_text  # noqa: E402
 
 from mmptm.config import load_yaml_tree  # noqa: E402
-from mmptm.data.tokenizer import Tokenizer  # noqa: E402
 from mmptm.eval.xlingual import (  # noqa: E402
     SentenceEncoder,
     SentenceVector,
@@ -53,7 +52,8 @@ from mmptm.eval.xlingual import (  # noqa: E402
     xlingual_retrievals,
 )
 from mmptm.models.load import build_model, load_pretrained  # noqa: E402
-from mmptm.models.run import load_run_config  # noqa: E402
+from mmptm.recipe import load_run_config  # noqa: E402
+from mmptm.tokenizers.sentencepiece import Tokenizer  # noqa: E402
 
 LANGS = ("de", "fr", "es", "ru")
 RECIPES = ("mbert_tiny", "xlm_tlm_tiny", "xlm_xlco_tiny")

@@ -38,7 +38,7 @@ from mmptm.encoders.base import VocabInfo  # noqa: E402
 from mmptm.models.hf_import import HF_TO_MMPTM, compile_names, map_name  # noqa: E402
 from mmptm.models.load import build_model  # noqa: E402
 from mmptm.models.pretrain import data_transforms  # noqa: E402
-from mmptm.models.run import load_run_config  # noqa: E402
+from mmptm.recipe import load_run_config  # noqa: E402
 from mmptm.train.optim import build_optimizer, lr_factor  # noqa: E402
 
 #: BertForMaskedLM's head names → mmptm's (the encoder's follow ``HF_TO_MMPTM``)

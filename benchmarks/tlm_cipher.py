@@ -25,9 +25,9 @@ from pathlib import Path
 
 from xlingual_probes import toyworld_content  # this folder's sibling script
 
-from mmptm.data.converters import convert_parallel_files
+from mmptm.converters.text import convert_parallel_files
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
-from mmptm.data.tokenizer import Tokenizer
+from mmptm.tokenizers.sentencepiece import Tokenizer
 
 WORD = re.compile(r"[\w'-]+")
 

@@ -25,12 +25,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mmptm.data.toyworld.language import LEXICON
-from mmptm.data.toyworld.scene import COLORS as COLOR_RGB
-from mmptm.data.toyworld.scene import SHAPES
 from mmptm.eval.xlingual import read_pairs, text_plugin
 from mmptm.fusion.base import pool
 from mmptm.models.load import load_pretrained
+from mmptm.toyworld.language import LEXICON
+from mmptm.toyworld.scene import COLORS as COLOR_RGB
+from mmptm.toyworld.scene import SHAPES
 
 COLORS = tuple(COLOR_RGB)
 

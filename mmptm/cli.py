@@ -32,7 +32,7 @@ from pathlib import Path
 
 
 def _data_toyworld(args: argparse.Namespace) -> int:
-    from mmptm.data import toyworld
+    from mmptm import toyworld
 
     t0 = time.perf_counter()
     manifest = toyworld.generate(
@@ -65,7 +65,7 @@ def _views(spec: str | None, default: dict, every: dict) -> tuple[str, ...] | No
 
 
 def _data_convert(args: argparse.Namespace) -> int:
-    from mmptm.data import converters
+    from mmptm.converters import text as converters
 
     if args.dataset == "parallel":
         langs = tuple(args.langs.split(","))
@@ -86,14 +86,14 @@ def _data_convert(args: argparse.Namespace) -> int:
             args.input[0], args.lang, args.out, split=args.split, shard_size=args.shard_size
         )
     elif args.dataset == "coco":
-        from mmptm.data import converters_vl
+        from mmptm.converters import vl as converters_vl
 
         stats = converters_vl.convert_coco_captions(
             args.input[0], args.images, args.out, split=args.split, shard_size=args.shard_size,
             regions_tsv=args.regions, progress=not args.no_progress,
         )  # fmt: skip
     elif args.dataset == "vqa":
-        from mmptm.data import converters_vl
+        from mmptm.converters import vl as converters_vl
 
         questions, annotations = [*args.input, None][:2]
         stats = converters_vl.convert_vqa(
@@ -110,7 +110,7 @@ def _data_convert(args: argparse.Namespace) -> int:
 
 
 def _data_video(args: argparse.Namespace) -> int:
-    from mmptm.data import converters_video as cv
+    from mmptm.converters import video as cv
 
     if args.dataset == "msrvtt":
         stats = cv.convert_msrvtt(
@@ -142,7 +142,7 @@ def _data_answers(args: argparse.Namespace) -> int:
 
 
 def _data_spans(args: argparse.Namespace) -> int:
-    from mmptm.data.converters_spans import convert_spans
+    from mmptm.converters.spans import convert_spans
 
     stats = convert_spans(args.task, args.input, args.out, split=args.split,
                           language=args.lang, shard_size=args.shard_size)  # fmt: skip
@@ -166,7 +166,7 @@ def _eval_spans(args: argparse.Namespace) -> int:
 
 
 def _data_link(args: argparse.Namespace) -> int:
-    from mmptm.data.linking import link_shards, read_dictionaries
+    from mmptm.converters.linking import link_shards, read_dictionaries
 
     dictionaries = read_dictionaries(args.aliases, args.case, args.triples, args.entities)
     languages = [x.strip() for x in args.languages.split(",") if x.strip()] or None
@@ -179,7 +179,7 @@ def _data_link(args: argparse.Namespace) -> int:
 
 
 def _data_triples(args: argparse.Namespace) -> int:
-    from mmptm.data.triple_shards import write_triple_shards
+    from mmptm.converters.triples import write_triple_shards
 
     descriptions = args.descriptions or str(Path(args.graph) / "descriptions.txt")
     counts = write_triple_shards(args.graph, descriptions, args.out, split=args.split,
@@ -267,7 +267,7 @@ def _import_open_clip(args: argparse.Namespace) -> int:
 
 
 def _tokenizer_train(args: argparse.Namespace) -> int:
-    from mmptm.data.tokenizer import train_tokenizer
+    from mmptm.tokenizers.sentencepiece import train_tokenizer
 
     tok = train_tokenizer(
         args.input,
@@ -283,7 +283,7 @@ def _tokenizer_train(args: argparse.Namespace) -> int:
 
 
 def _units_fit(args: argparse.Namespace) -> int:
-    from mmptm.data.units import fit_codebook
+    from mmptm.train.units import fit_codebook
 
     kmeans = dict(
         k=args.k or 0, levels=args.levels, branch=args.branch or 0,
@@ -291,7 +291,7 @@ def _units_fit(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )  # fmt: skip
     if args.audio_features:  # HuBERT: the objective's own featurizer over decoded audio
-        from mmptm.objectives.audio_units import fit_audio_codebook
+        from mmptm.train.units import fit_audio_codebook
 
         record = fit_audio_codebook(
             args.shards, args.out, features=args.audio_features, layer=args.layer,
@@ -309,7 +309,7 @@ def _units_fit(args: argparse.Namespace) -> int:
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import pretrain
 
     cfg = load_run_config(args.config, args.overrides)
@@ -466,7 +466,7 @@ def _retrieve(args: argparse.Namespace) -> int:
 def _finetune(args: argparse.Namespace) -> int:
     from mmptm.eval.classification import evaluate_sets, format_accuracy
     from mmptm.eval.spans import evaluate_spans, format_spans, span_head
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import Trainer
 
     cfg = load_run_config(args.config, args.overrides)
@@ -587,7 +587,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _data_audio(args: argparse.Namespace) -> int:
-    from mmptm.data import converters_audio as ca
+    from mmptm.converters import audio as ca
 
     common = dict(
         sample_rate=args.sample_rate, probe=not args.no_probe, progress=not args.no_progress,

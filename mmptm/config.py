@@ -11,17 +11,16 @@ import copy
 import dataclasses
 import difflib
 import functools
-import glob
 import os
-import secrets
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 
+from mmptm.io import write_atomic
 from mmptm.registry import Registry, RegistryError
 
 T = TypeVar("T")
@@ -411,39 +410,6 @@ def save_config(cfg: Any, path: str | os.PathLike[str]) -> None:
     write_atomic(path, lambda f: f.write(text.encode("utf-8")))
 
 
-def write_atomic(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any]) -> None:
-    """Write a file through ``write(f)`` into a temporary file beside it, then rename it over
-    ``path``: a reader (or a process killed mid-write) never sees half a file. The file gets
-    the permissions of any other new file (0666 less the umask; mkstemp's would be 0600)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def remove_temporaries(path: str | os.PathLike[str]) -> list[Path]:
-    """Delete the temporary files that :func:`write_atomic` (path) left when it was killed."""
-    path = Path(path)
-    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
-    for p in stale:
-        p.unlink(missing_ok=True)
-    return stale
-
-
 __all__ = [
     "DELETE",
     "ConfigError",
@@ -455,8 +421,6 @@ __all__ = [
     "from_dict",
     "load_config",
     "load_yaml_tree",
-    "remove_temporaries",
     "save_config",
     "to_dict",
-    "write_atomic",
 ]

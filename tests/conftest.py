@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from mmptm import toyworld
 from mmptm.config import from_dict, load_yaml_tree
-from mmptm.data import toyworld
-from mmptm.data.tokenizer import Tokenizer, train_tokenizer
 from mmptm.studies import relocated
+from mmptm.tokenizers.sentencepiece import Tokenizer, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,10 +20,9 @@ def tiny_world(tmp_path_factory) -> Path:
     view, video and scene sounds too, but not ``speech``: 800 spoken captions would take
     100 MB and several seconds), a tokenizer, a 16-unit codebook of the video features and
     an 8-unit MFCC codebook of the scene sounds."""
-    from mmptm.data.triple_shards import write_triple_shards
-    from mmptm.data.units import fit_codebook
-    from mmptm.objectives.audio_units import fit_audio_codebook
+    from mmptm.converters.triples import write_triple_shards
     from mmptm.train.kge import KGETrainConfig, train_embeddings
+    from mmptm.train.units import fit_audio_codebook, fit_codebook
 
     out = tmp_path_factory.mktemp("toyworld")
     views = [v for v in toyworld.ALL_VIEWS if v != "speech"]
@@ -89,7 +88,7 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
 def tiny_clip_run(tiny_world: Path, tmp_path_factory) -> Path:
     """clip_tiny at width 32 trained for 30 steps of batch 16 on ``tiny_world``'s train
     split: a real (weak) dual encoder for the search index, the server and the browser."""
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import pretrain
 
     out = tmp_path_factory.mktemp("clip_run")
@@ -148,7 +147,7 @@ def cli_error(capsys, argv: list[str]) -> str:
 
 def text_image_model_config(**extra):
     """A tiny text + ViT-patch model config (width 16); ``extra`` replaces top-level keys."""
-    from mmptm.models.pretrain import ModelConfig
+    from mmptm.recipe import ModelConfig
 
     tree = {
         "width": 16,
@@ -314,7 +313,7 @@ def toy_text_run(tmp_path_factory) -> Path:
     """A one-layer text MLM (``TEXT_MLM``) trained 4 steps on :func:`toy_sentences`, with a
     60-piece BPE tokenizer: a real, weak run for the cloze and span-task tests."""
     from mmptm.data.shards import ShardWriter
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import pretrain
 
     root = tmp_path_factory.mktemp("toy_text")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import ShardWriter
-from mmptm.data.triple_shards import write_triple_shards
 from mmptm.modalities.regions import regions_npz_bytes
 
 TOYS = {"T000": "Bimo", "T001": "Kato", "T002": "Luma", "T003": "Pira", "T004": "Zeno"}

@@ -380,7 +380,7 @@ def test_save_then_load_gives_the_same_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
 def test_saved_files_follow_the_umask_and_stale_temporaries_go(tmp_path: Path, umask) -> None:
-    from mmptm.config import remove_temporaries, write_atomic
+    from mmptm.io import remove_temporaries, write_atomic
 
     out = tmp_path / "config.yaml"
     stale = tmp_path / ".config.yaml.1234abcd.tmp"  # a writer killed before its rename

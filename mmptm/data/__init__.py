@@ -1,1 +1,1 @@
-"""Data: shard lists and readers, the pipeline and loader, tokenizer, converters, toyworld."""
+"""Data: shard lists and tar reading, skip-and-count, decoding, mixing, packing, the loader."""

@@ -19,77 +19,20 @@ import random
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
-from mmptm.config import bounded, components
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
 from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
-from mmptm.registry import MODALITIES
+from mmptm.recipe import DataConfig, SourceConfig, packed_sources
 
 
 class DataError(ValueError):
     """The data cannot give what the run needs: no readable sample, too few for a batch."""
-
-
-@dataclass
-class SourceConfig:
-    """One training source of a mixture; each batch comes from one source."""
-
-    #: shard spec; with ``languages`` it contains ``{lang}``, e.g. ``mono/train-{lang}-*.tar``
-    shards: str
-    #: relative share of batches (normalised over the sources)
-    weight: float = bounded(1.0, ge=0)
-    #: one sub-source per language, sampled with p(l) ∝ (n_l / N) ** alpha (XLM / XLM-R)
-    languages: list[str] = field(default_factory=list)
-    alpha: float = bounded(0.7, ge=0)
-    #: two-sentence samples (parallel pairs) for a model with one text view: ``join`` them
-    #: into one sequence (TLM) or ``stack`` them as separate rows of one batch
-    #: (sentence-level contrastive over ``[text, text]``); see ``modalities/text.py``
-    pairs: Literal["join", "stack"] = "join"
-    #: pack the source's rows into sequences of up to this many tokens, each sample attending
-    #: only to itself (XLM's streams without the cross-sentence attention): no compute spent
-    #: on padding, the same outputs per sample. Token-level objectives only (MLM / TLM);
-    #: 0 = off. See ``PackRows`` in ``modalities/text.py``
-    pack: int = bounded(0, ge=0)
-    #: the modalities this source's samples carry, e.g. ``[text]`` for a text corpus mixed
-    #: into an image-text recipe: only their plug-ins decode and collate its batches, and
-    #: the model encodes what a batch has; route the objectives that need the rest away
-    #: (``model.routes``). Empty: every modality the model reads
-    modalities: list[str] = field(default_factory=list)
-
-
-@dataclass
-class DataConfig:
-    """The data part of a recipe."""
-
-    #: shard spec: a glob, a brace pattern (``train-{000000..000009}.tar``), a directory
-    #: of ``.tar`` files, or several of those separated by commas
-    train: str = ""
-    val: str = ""
-    test: str = ""
-    #: sentencepiece ``.model`` file (``mmptm tokenizer train`` writes one), or CLIP's BPE
-    #: merges ``.txt.gz`` (``mmptm import open_clip`` copies one into the run)
-    tokenizer: str = ""
-    batch_size: int = bounded(32, ge=1)
-    num_workers: int = bounded(0, ge=0)
-    #: ``pack`` (see ``SourceConfig``) for the ``train`` shards; sources set their own
-    pack: int = bounded(0, ge=0)
-    #: samples; 0 or 1 = no shuffle
-    shuffle_buffer: int = bounded(1000, ge=0)
-    #: sample shards with replacement forever instead of per-epoch permutations
-    resampled: bool = False
-    #: instead of ``train``: a mixture of sources, each batch drawn from one of them
-    sources: dict[str, SourceConfig] = field(default_factory=dict)
-    #: named evaluation sets (e.g. one per language): name → shard spec
-    eval: dict[str, str] = field(default_factory=dict)
-    #: settings of the modality plug-ins, by plug-in name (e.g. ``text: {max_len: 48}``);
-    #: what the model's parts declare (an image encoder's size, mean, std) fills the rest
-    modalities: dict[str, Any] = components(MODALITIES, keyed=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -581,19 +524,6 @@ def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
             SubSource(f"{name}/{lang}", urls[lang], share * q[lang] / z, carried) for lang in urls
         ]
     return subs
-
-
-def packed_sources(cfg: DataConfig) -> dict[str, int]:
-    """Training source name → tokens per packed row, for the sources that pack ("" names the
-    batches of ``data.train``, which carry no source)."""
-    if cfg.sources:
-        if cfg.pack:
-            raise ValueError(
-                "data.pack packs the batches of data.train; with data.sources, set "
-                "data.sources.<name>.pack instead"
-            )
-        return {name: src.pack for name, src in cfg.sources.items() if src.pack}
-    return {"": cfg.pack} if cfg.pack else {}
 
 
 def stream_config(

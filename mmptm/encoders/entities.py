@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from mmptm.data.graph import EMBEDDING_FILES, load_embeddings
+from mmptm.kg.graph import EMBEDDING_FILES, load_embeddings
 
 
 @dataclass

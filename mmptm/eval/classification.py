@@ -10,8 +10,8 @@ from mmptm.batch import move_to
 from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
-from mmptm.models.run import RunConfig
 from mmptm.objectives.classification import Classification
+from mmptm.recipe import RunConfig
 
 
 @torch.no_grad()

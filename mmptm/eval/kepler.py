@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from mmptm.data.graph import load_graph, read_descriptions
 from mmptm.eval.link_prediction import link_prediction
+from mmptm.kg.graph import load_graph, read_descriptions
 from mmptm.modalities.base import DataContext, Need, build_modalities, read_id_list
 from mmptm.models.kge import KGEModel
 from mmptm.objectives.kepler import KnowledgeEmbedding

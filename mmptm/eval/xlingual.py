@@ -45,7 +45,7 @@ from mmptm.modalities.base import DataContext
 from mmptm.modalities.text import TextData
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
-from mmptm.models.run import RunConfig
+from mmptm.recipe import RunConfig
 
 #: token poolings of one layer's hidden states
 POOLINGS = ("mean", "first")

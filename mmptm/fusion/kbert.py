@@ -1,7 +1,7 @@
 """K-BERT (Liu et al. 2020): a single-stream Transformer over sentence trees, attention
 limited by each sentence's visible matrix.
 
-The knowledge injection itself is a data stage (:mod:`mmptm.data.sentence_tree`): this
+The knowledge injection itself is a data stage (:mod:`mmptm.modalities.sentence_tree`): this
 fusion declares it with the graph settings, and the text plug-in's mention spans with the
 entity id list, so the recipe states them once. In the forward pass the text view's
 ``visible_mask [B,L,L]`` replaces its key-padding mask (``single_stream`` honours it);
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import mmptm.data.sentence_tree  # noqa: F401 (registers the sentence_tree plug-in)
 from mmptm.fusion.single_stream import SingleStreamFusion
 from mmptm.modalities.base import Need
 from mmptm.registry import FUSIONS

@@ -1,6 +1,6 @@
 """The relation plug-in: a triple's relation, ``json["relation"]`` → ``relation_ids [B]``.
 
-Triple samples (``mmptm.data.triple_shards``: the head's and the tail's descriptions as a
+Triple samples (``mmptm.converters.triples``: the head's and the tail's descriptions as a
 sentence pair, plus the relation) feed KEPLER's knowledge-embedding objective, which declares
 this plug-in with its relation vocabulary (an id list, row i = line i). Like the answers
 plug-in it rides along in mixtures: a sample without a relation (a text source's) gets -1.

@@ -1,5 +1,5 @@
-"""Models composed from encoders, fusion and objectives; a run's config, checkpoints, loading."""
+"""Models composed from encoders, fusion and objectives; checkpoints, loading, weight imports."""
 
-from mmptm.models.pretrain import ModelConfig, PretrainModel, PretrainOutput, data_transforms
+from mmptm.models.pretrain import PretrainModel, PretrainOutput, data_transforms
 
-__all__ = ["ModelConfig", "PretrainModel", "PretrainOutput", "data_transforms"]
+__all__ = ["PretrainModel", "PretrainOutput", "data_transforms"]

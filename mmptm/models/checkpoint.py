@@ -32,8 +32,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from mmptm.config import apply_overrides, write_atomic
-from mmptm.models.run import RunConfig, run_config
+from mmptm.config import apply_overrides
+from mmptm.io import write_atomic
+from mmptm.recipe import RunConfig, run_config
 
 log = logging.getLogger(__name__)
 

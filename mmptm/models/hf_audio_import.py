@@ -30,7 +30,6 @@ from typing import Any
 import torch
 
 from mmptm.config import from_dict, save_config, to_dict
-from mmptm.data.pipeline import DataConfig
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import (
     compile_names,
@@ -41,8 +40,8 @@ from mmptm.models.hf_import import (
     require,
 )
 from mmptm.models.load import NO_TEXT
-from mmptm.models.pretrain import ModelConfig, PretrainModel
-from mmptm.models.run import RunConfig
+from mmptm.models.pretrain import PretrainModel
+from mmptm.recipe import DataConfig, ModelConfig, RunConfig
 
 __all__ = [
     "HF_AUDIO_TO_MMPTM",

@@ -22,13 +22,12 @@ from typing import Any
 import torch
 
 from mmptm.config import from_dict, save_config, to_dict
-from mmptm.data.pipeline import DataConfig
-from mmptm.data.tokenizer import Tokenizer
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
-from mmptm.models.pretrain import ModelConfig, PretrainModel
-from mmptm.models.run import RunConfig
+from mmptm.models.pretrain import PretrainModel
+from mmptm.recipe import DataConfig, ModelConfig, RunConfig
+from mmptm.tokenizers.sentencepiece import Tokenizer
 
 __all__ = [
     "HF_TO_MMPTM",

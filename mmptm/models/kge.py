@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mmptm.data.graph import Embeddings, Vocabulary, save_embeddings
+from mmptm.kg.graph import Embeddings, Vocabulary, save_embeddings
 from mmptm.layers.kge import Scorer
 
 INIT_CHUNK = 1 << 16  # rows drawn per call of the generator (fixed: same numbers either way)

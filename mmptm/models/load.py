@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from mmptm.data.tokenizer import Tokenizer, load_tokenizer
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.pretrain import PretrainModel
-from mmptm.models.run import RunConfig
+from mmptm.recipe import RunConfig
 from mmptm.registry import ENCODERS
+from mmptm.tokenizers.sentencepiece import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
-    from mmptm.data.clip_tokenizer import ClipTokenizer
+    from mmptm.tokenizers.clip import ClipTokenizer
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ The open_clip model maps onto mmptm's parts, each configured by general options:
   pre-LN blocks with causal self-attention, GELU or QuickGELU, LayerNorm eps 1e-5, its
   closing LayerNorm being ``ln_final``; pooled at the last real token (``pooling: last``),
   which is open_clip's end-of-text token (``argmax`` pooling) for every input mmptm's
-  :class:`~mmptm.data.clip_tokenizer.ClipTokenizer` gives;
+  :class:`~mmptm.tokenizers.clip.ClipTokenizer` gives;
 - image: a ``timm_image`` encoder over the timm model that timm itself built to load CLIP
   weights (``vit_*_clip_*``: conv patch embedding, class token, ln_pre, blocks, ln_post;
   ``resnet*_clip``: OpenAI's modified ResNet with its attention pool), whose weights timm's
@@ -38,16 +38,15 @@ import timm
 import torch
 
 from mmptm.config import from_dict, save_config, to_dict
-from mmptm.data.clip_tokenizer import ClipTokenizer
-from mmptm.data.pipeline import DataConfig
 from mmptm.encoders.backbone import load_state_dict_file
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities.image import RESAMPLE, RESIZE_MODES, ImageData
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import compile_names, fit_state, map_name, read_json_object
-from mmptm.models.pretrain import ModelConfig, PretrainModel
-from mmptm.models.run import RunConfig
+from mmptm.models.pretrain import PretrainModel
+from mmptm.recipe import DataConfig, ModelConfig, RunConfig
+from mmptm.tokenizers.clip import ClipTokenizer
 
 __all__ = [
     "OPENAI_MEAN",

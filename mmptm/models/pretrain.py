@@ -6,42 +6,18 @@ per-system code path. Downstream models reuse ``fuse`` with a task head.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from mmptm.batch import Batch, BatchTransform
-from mmptm.config import component, components
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need, merge_needs
 from mmptm.objectives.base import ForObjectives, TaskSampler, trains
+from mmptm.recipe import ModelConfig
 from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
-
-
-@dataclass
-class ModelConfig:
-    """The model part of a recipe."""
-
-    #: the fusion width D every encoder projects to
-    width: int = 256
-    #: encoders whose tokens come at a width of their own rather than ``width``, e.g.
-    #: {image: 1024}; only a fusion without cross-modal layers (dual) takes them, each tower
-    #: and each contrastive projection then reading its modality at that width
-    widths: dict[str, int] = field(default_factory=dict)
-    encoders: dict[str, Any] = components(ENCODERS)
-    fusion: Any = component(FUSIONS, "single_stream")
-    objectives: dict[str, Any] = components(OBJECTIVES)
-    #: per-step task sampling (UNITER): objective name → weight; each batch trains one
-    #: objective and runs only its data side (conditional masking). Empty = all every step
-    task_mix: dict[str, float] = field(default_factory=dict)
-    #: data source (``data.sources`` key) → the objectives its batches train, e.g. MLM on
-    #: monolingual batches and a contrastive loss on stacked pairs; sources not named train
-    #: every objective. Only those objectives' data sides run on the source's batches
-    routes: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,28 +67,6 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     if cfg.task_mix:
         transforms.append(TaskSampler(dict(cfg.task_mix)))
     return sorted(transforms, key=lambda t: t.data_priority)
-
-
-def check_packing(cfg: ModelConfig, packed: Iterable[str]) -> None:
-    """Packed sources (``data.sources.<name>.pack``; "" = ``data.pack``) need a fusion that
-    honours visible matrices and may train only token-level objectives (rows hold several
-    samples): an error naming the setting and the objective otherwise."""
-    for src in packed:
-        where = f"data.sources.{src}.pack" if src else "data.pack"
-        fusion = FUSIONS.get(cfg.fusion.type)
-        if not fusion.reads_visible_mask:
-            raise ValueError(
-                f"{where}: fusion {cfg.fusion.type!r} cannot keep packed samples apart "
-                "(it reads no visible_mask); use single_stream or unset it"
-            )
-        names = cfg.routes.get(src, list(cfg.objectives)) if src else list(cfg.objectives)
-        rows = [n for n in names if not OBJECTIVES.get(cfg.objectives[n].type).token_level]
-        if rows:
-            raise ValueError(
-                f"{where}: objectives {rows} read whole rows or pooled vectors, and a packed "
-                f"row holds several samples; route them to a source without pack "
-                f"(model.routes) or unset it"
-            )
 
 
 def view_widths(cfg: ModelConfig) -> dict[str, int]:

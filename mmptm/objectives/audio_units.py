@@ -33,19 +33,17 @@ Legend: B batch, S samples, T steps (frames), F feature width, D teacher width.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from mmptm.batch import Batch
 from mmptm.config import from_dict
-from mmptm.data.units import fit_codebook
 from mmptm.encoders.base import VocabInfo
-from mmptm.modalities.audio_io import AUDIO_MEMBERS, conv_steps, read_audio, resample
-from mmptm.modalities.base import Sample, view_prefix
+from mmptm.modalities.audio_io import conv_steps
+from mmptm.modalities.base import view_prefix
 from mmptm.registry import ENCODERS
 
 SAMPLE_RATE = 16000
@@ -258,72 +256,12 @@ class TeacherFeaturizer:
 Featurizer = MfccFeaturizer | TeacherFeaturizer
 
 
-def build_featurizer(
-    spec: str, layer: int = 0, *, view: str = "audio", teacher_view: str = "",
-    vocab: VocabInfo | None = None, device: str | torch.device = "cpu",
-) -> Featurizer:  # fmt: skip
-    """``mfcc``, or a run dir / checkpoint whose audio encoder at ``layer`` is the teacher."""
-    if spec == "mfcc":
-        return MfccFeaturizer()
-    if not layer:
-        raise ValueError(f"--audio-features {spec}: a teacher run needs --layer L (>= 1)")
-    return TeacherFeaturizer(
-        spec, layer, view=view, teacher_view=teacher_view, vocab=vocab, device=device
-    )
-
-
-def audio_sample_featurizer(
-    featurizer: Featurizer, member: str | None = None
-) -> Callable[[Sample], np.ndarray]:
-    """sample → [T,F] float32: its audio member (``member``, else the first of
-    ``AUDIO_MEMBERS`` it has) decoded, resampled to 16 kHz and featurized; ``ValueError`` on
-    bad or too short audio."""
-    rate = int(getattr(featurizer, "needs", {}).get("sample_rate") or SAMPLE_RATE)
-
-    def featurize(sample: Sample) -> np.ndarray:
-        ext = member or next((m for m in AUDIO_MEMBERS if m in sample), None)
-        if ext is None or ext not in sample:
-            has = sorted(k for k in sample if not k.startswith("__"))
-            raise ValueError(f"no audio member ({member or ', '.join(AUDIO_MEMBERS)}); has {has}")
-        wave, sr = read_audio(sample[ext], ext, ext)
-        x_TF = featurizer.utterance(torch.from_numpy(resample(wave, sr, rate)))
-        if len(x_TF) == 0:
-            raise ValueError(f"{ext}: {len(wave) / sr:.3f} s is shorter than one 25 ms frame")
-        return x_TF.float().cpu().numpy()
-
-    return featurize
-
-
-def fit_audio_codebook(
-    shards: str,
-    out: str | Path,
-    *,
-    features: str = "mfcc",
-    layer: int = 0,
-    member: str = "",
-    device: str = "cpu",
-    **kmeans: Any,
-) -> dict[str, Any]:
-    """``mmptm units fit --audio-features``: a codebook of the ``hubert`` objective's units
-    (``features``: ``mfcc`` or a teacher run at ``layer``) over the audio of ``shards``;
-    ``kmeans``: the rest of :func:`~mmptm.data.units.fit_codebook`'s settings."""
-    featurizer = build_featurizer(features, layer, device=device)
-    return fit_codebook(
-        shards, out, member=member or "audio", device=device,
-        featurize=audio_sample_featurizer(featurizer, member or None),
-        features=featurizer.describe(), **kmeans,
-    )  # fmt: skip
-
-
 __all__ = [
     "MFCC_DIM",
     "SAMPLE_RATE",
     "WAV2VEC2_STEPS",
     "MfccFeaturizer",
     "TeacherFeaturizer",
-    "audio_sample_featurizer",
-    "build_featurizer",
-    "fit_audio_codebook",
     "latest_checkpoint",
     "mfcc_features",
     "normalize_wave",

@@ -1,6 +1,6 @@
 """KEPLER's knowledge-embedding objective (Wang et al. 2021): entities are their descriptions.
 
-A triple batch (``mmptm.data.triple_shards``, a source with ``pairs: stack``) holds the
+A triple batch (``mmptm.converters.triples``, a source with ``pairs: stack``) holds the
 head descriptions in text rows 0..B-1 and the tail descriptions in rows B..2B-1, each
 encoded alone, and ``relation_ids [B]`` (the relation plug-in, which this objective
 declares with its relation vocabulary). An entity's embedding is the final state of its

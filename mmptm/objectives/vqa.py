@@ -35,10 +35,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
-from mmptm.data.graph import read_aliases
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
+from mmptm.kg.graph import read_aliases
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES

@@ -30,8 +30,8 @@ from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
-from mmptm.models.run import RunConfig
 from mmptm.objectives.contrastive import Contrastive
+from mmptm.recipe import RunConfig
 
 
 @dataclass

@@ -32,10 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmptm import toyworld
 from mmptm.config import load_yaml_tree
-from mmptm.data import toyworld
-from mmptm.data.tokenizer import train_tokenizer
-from mmptm.data.units import fit_codebook
 from mmptm.eval.classification import evaluate_sets, format_accuracy
 from mmptm.eval.curves import plot_curves
 from mmptm.eval.probe import evaluate_probe, format_probe
@@ -48,11 +46,12 @@ from mmptm.eval.retrieval import (
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.eval.xlingual import evaluate_xlingual
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
-from mmptm.objectives.audio_units import fit_audio_codebook
 from mmptm.objectives.vqa import build_answer_vocab, shard_answers, write_answer_vocab
+from mmptm.recipe import load_run_config
 from mmptm.search.index import SearchIndex, build_index, format_hits
+from mmptm.tokenizers.sentencepiece import train_tokenizer
 from mmptm.train.trainer import Trainer, pretrain
+from mmptm.train.units import fit_audio_codebook, fit_codebook
 
 log = logging.getLogger(__name__)
 LANGS = ("en", "de", "fr", "ru", "es")

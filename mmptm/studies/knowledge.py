@@ -35,26 +35,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.data import toyworld
-from mmptm.data.converters_spans import convert_spans
+from mmptm import toyworld
+from mmptm.converters.spans import convert_spans
+from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
-from mmptm.data.tokenizer import train_tokenizer
-from mmptm.data.toyworld.knowledge import FACT_RELATIONS, build_world, pictured_fact_sentence
-from mmptm.data.toyworld.scene import Obj
-from mmptm.data.triple_shards import write_triple_shards
 from mmptm.eval.cloze import SPAN, evaluate_cloze, rank_metrics, realistic_ranks, score_queries
 from mmptm.eval.curves import plot_curves
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
 from mmptm.objectives.vqa import (
     build_answer_vocab,
     shard_answers,
     soft_score,
     write_answer_vocab,
 )
+from mmptm.recipe import load_run_config
 from mmptm.studies import relocated
+from mmptm.tokenizers.sentencepiece import train_tokenizer
+from mmptm.toyworld.knowledge import FACT_RELATIONS, build_world, pictured_fact_sentence
+from mmptm.toyworld.scene import Obj
 from mmptm.train.kge import KGETrainConfig, train_embeddings
 from mmptm.train.trainer import pretrain
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.data.graph import EMBEDDING_FILES, KnowledgeGraph, load_graph
 from mmptm.eval.link_prediction import link_prediction
+from mmptm.kg.graph import EMBEDDING_FILES, KnowledgeGraph, load_graph
 from mmptm.layers.kge import LOSSES, MODELS, kge_loss
 from mmptm.models.kge import KGEModel
 from mmptm.progress import progress_bar

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mmptm.config import write_atomic
 from mmptm.eval.curves import AXIS_COLUMNS, METRICS_FILE
+from mmptm.io import write_atomic
 
 log = logging.getLogger(__name__)
 

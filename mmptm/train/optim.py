@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-from mmptm.models.run import TrainConfig
+from mmptm.recipe import TrainConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

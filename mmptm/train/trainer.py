@@ -36,17 +36,18 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.nn.parallel import DistributedDataParallel
 
 from mmptm.batch import move_to
-from mmptm.config import remove_temporaries, save_config, to_dict
-from mmptm.data.pipeline import DataState, Loader, packed_sources, stream_config
+from mmptm.config import save_config, to_dict
+from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.eval.curves import METRICS_FILE
+from mmptm.io import remove_temporaries
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
-from mmptm.models.pretrain import check_packing, data_transforms
-from mmptm.models.run import RunConfig
+from mmptm.models.pretrain import data_transforms
 from mmptm.objectives.base import Objective
 from mmptm.progress import progress_bar
+from mmptm.recipe import RunConfig, check_recipe
 from mmptm.train import flops, parallel
 from mmptm.train.metrics_log import MetricsLog
 from mmptm.train.optim import build_optimizer, freeze
@@ -164,33 +165,13 @@ def check_writable(folder: Path) -> None:
         raise OSError(e.errno, f"output_dir {folder} is not writable ({e.strerror})") from None
 
 
-def check_same_parameters(cfg: RunConfig) -> None:
-    """FSDP reduces each block's gradients as one tensor per rank: every rank must compute
-    gradients for the same parameters at each step. Settings that let ranks train different
-    parts are refused (as are, by a timeout, mixtures whose sources need different encoders)."""
-    varying = {
-        "model.task_mix": "samples an objective per rank",
-        "model.routes": "trains other objectives on other sources' batches",
-        "train.find_unused_parameters": "is for steps that leave parameters unused",
-    }
-    tc, model = cfg.train, cfg.model
-    for key, on in zip(varying, (model.task_mix, model.routes, tc.find_unused_parameters)):
-        if on:
-            raise ValueError(
-                f"train.parallel=fsdp needs every rank to use the same parameters at each "
-                f"step, but {key} {varying[key]}: use train.parallel=ddp with "
-                "train.find_unused_parameters=true"
-            )
-
-
 class Trainer:
     """Builds everything a run needs from a ``RunConfig`` and runs it to ``max_steps``."""
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         tc = cfg.train
-        if tc.parallel == "fsdp":
-            check_same_parameters(cfg)
+        check_recipe(cfg)
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
         self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
         self.device = pick_device(tc.device, self.dist.local_rank)
@@ -215,13 +196,6 @@ class Trainer:
             log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer) if self.tokenizer else NO_TEXT
-        unrouted = set(cfg.model.routes) - set(cfg.data.sources)
-        if unrouted:
-            raise ValueError(
-                f"model.routes names {sorted(unrouted)}, which are not data.sources "
-                f"({sorted(cfg.data.sources)})"
-            )
-        check_packing(cfg.model, packed_sources(cfg.data))
         self.stream = stream_config(
             cfg.data,
             self.tokenizer,

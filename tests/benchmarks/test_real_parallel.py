@@ -19,7 +19,7 @@ import real_parallel_data as rp
 from real_parallel import ROOT as BENCH_ROOT
 from real_parallel import recipe_overrides, tfidf_retrieval
 
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 
 
 def write_mo(path, entries: dict[str, str]) -> None:

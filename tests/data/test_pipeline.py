@@ -17,12 +17,10 @@ from PIL import Image
 from mmptm.config import from_dict
 from mmptm.data.decode import Collate
 from mmptm.data.pipeline import (
-    DataConfig,
     DataError,
     DataState,
     Loader,
     ShardStream,
-    SourceConfig,
     batched,
     expand_shards,
     mixture,
@@ -35,7 +33,8 @@ from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities import DataContext, Need
 from mmptm.modalities.text import TextData
-from mmptm.models.pretrain import ModelConfig, data_transforms
+from mmptm.models.pretrain import data_transforms
+from mmptm.recipe import DataConfig, ModelConfig, SourceConfig
 
 
 def _jpg(color=(200, 30, 30), size=16) -> bytes:

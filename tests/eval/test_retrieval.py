@@ -19,9 +19,9 @@ from mmptm.eval.retrieval import (
     similarity,
 )
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
 from mmptm.objectives.contrastive import Contrastive
 from mmptm.objectives.itm import ImageTextMatching
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import pretrain
 
 

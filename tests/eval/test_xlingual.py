@@ -23,7 +23,7 @@ from mmptm.eval.xlingual import (
     xlingual_retrievals,
 )
 from mmptm.models.load import build_model, load_pretrained
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import pretrain
 
 

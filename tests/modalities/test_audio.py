@@ -24,11 +24,12 @@ import torch
 
 from mmptm.config import ConfigError
 from mmptm.data.decode import Decoder
-from mmptm.data.pipeline import DataConfig, Loader, stream_config
+from mmptm.data.pipeline import Loader, stream_config
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities import DataContext, Need, build_modalities
 from mmptm.modalities.audio import AudioData
 from mmptm.modalities.audio_io import audio_info, encode_audio, read_audio
+from mmptm.recipe import DataConfig
 
 SR = 16000
 #: wav2vec 2.0's feature encoder: [kernel, stride] per conv layer

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from mmptm.data.pipeline import DataConfig, Loader, stream_config
+from mmptm.data.pipeline import Loader, stream_config
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities import DataContext, Need
 from mmptm.modalities.features import FeaturesData, UnitsData, nearest
+from mmptm.recipe import DataConfig
 
 
 def npy(array) -> bytes:

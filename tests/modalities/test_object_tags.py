@@ -18,8 +18,8 @@ from mmptm.modalities.regions import regions_npz_bytes
 from mmptm.modalities.text import TextData
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
-from mmptm.models.run import load_run_config
 from mmptm.objectives.mlm import IGNORE
+from mmptm.recipe import load_run_config
 
 RECIPE = str(ROOT / "configs" / "pretrain" / "oscar_tiny.yaml")
 

@@ -7,12 +7,12 @@ import torch
 from conftest import tiny_overrides
 
 from mmptm.config import from_dict
-from mmptm.data.pipeline import DataConfig, SourceConfig, packed_sources
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities import DataContext
 from mmptm.modalities.text import PackPairs, PackRows, TextData
-from mmptm.models.pretrain import ModelConfig, PretrainModel, check_packing
+from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.mlm import IGNORE, MaskedLM
+from mmptm.recipe import DataConfig, ModelConfig, SourceConfig, check_packing, packed_sources
 
 
 class _Tok:
@@ -147,7 +147,7 @@ def test_packing_refuses_row_objectives_and_fusions_without_visible_masks():
 @pytest.mark.slow
 def test_pretrain_with_packed_mono_and_tlm_batches(tiny_world, tmp_path):
     from mmptm.data.pipeline import ShardStream
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import Trainer, pretrain
 
     recipe = "xlm_tlm_tiny"

@@ -26,7 +26,7 @@ from mmptm.encoders.base import Encoder, ModalityTokens
 from mmptm.eval.retrieval import evaluate_retrieval
 from mmptm.modalities.base import Modality, Need
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.registry import ENCODERS, MODALITIES
 from mmptm.train.trainer import pretrain
 

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from mmptm.config import ConfigError, from_dict
-from mmptm.data.pipeline import DataConfig, ShardStream, SourceConfig, stream_config
+from mmptm.data.pipeline import ShardStream, stream_config
 from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
 from mmptm.modalities import DataContext, Need
 from mmptm.modalities.sentences import Segment, sample_texts, segments
 from mmptm.modalities.text import PackPairs, TextData
 from mmptm.objectives.mlm import IGNORE, MaskedLM
+from mmptm.recipe import DataConfig, SourceConfig
 
 
 class _Tok:

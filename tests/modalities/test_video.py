@@ -21,12 +21,13 @@ import torch
 from PIL import Image
 
 from mmptm.data.decode import Decoder
-from mmptm.data.pipeline import DataConfig, Loader, stream_config
+from mmptm.data.pipeline import Loader, stream_config
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities import DataContext, Need, build_modalities
 from mmptm.modalities.image import random_resized_crop
 from mmptm.modalities.regions import regions_npz_bytes
 from mmptm.modalities.video import DecodeStats, VideoData, clip_times, decode_clip, encode_video
+from mmptm.recipe import DataConfig
 
 SIDE = 64  # px; cells of 16 px survive x264 and a resize to 32 px
 MEAN, STD = [0.5, 0.5, 0.5], [0.25, 0.25, 0.25]

@@ -8,14 +8,14 @@ import pytest
 import torch
 from conftest import ROOT, tiny_overrides
 
-from mmptm.data import toyworld
+from mmptm import toyworld
 from mmptm.data.pipeline import Loader, stream_config
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import NO_TEXT, build_model, load_pretrained
 from mmptm.models.pretrain import data_transforms
-from mmptm.models.run import load_run_config
-from mmptm.objectives.audio_units import fit_audio_codebook
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import pretrain
+from mmptm.train.units import fit_audio_codebook
 
 AUDIO_TINY = ["clap_tiny", "audio_image_tiny", "wav2vec2_tiny", "hubert_tiny", "speechbert_tiny"]
 TERMS = {

@@ -11,13 +11,14 @@ import torch
 from torch import nn
 
 from mmptm.config import from_dict
-from mmptm.data.pipeline import DataConfig, ShardStream, stream_config
+from mmptm.data.pipeline import ShardStream, stream_config
 from mmptm.data.shards import ShardWriter
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import Fusion, FusionOutput, pool
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.modalities.base import Need
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
+from mmptm.recipe import DataConfig, ModelConfig
 from mmptm.registry import FUSIONS
 
 

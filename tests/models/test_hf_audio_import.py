@@ -13,7 +13,7 @@ from mmptm.config import load_config
 from mmptm.models import checkpoint
 from mmptm.models.hf_audio_import import import_wav2vec2, wav2vec2_state_dict_to_mmptm
 from mmptm.models.load import build_model, init_from, load_init, load_pretrained
-from mmptm.models.run import RunConfig
+from mmptm.recipe import RunConfig
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")

@@ -14,7 +14,7 @@ from mmptm.config import load_config
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import import_xlmr, xlmr_state_dict_to_mmptm
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import RunConfig
+from mmptm.recipe import RunConfig
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")

@@ -12,11 +12,11 @@ from conftest import ROOT, tiny_overrides
 from kworld import write_knowledge_world
 
 from mmptm.data.pipeline import Loader, stream_config
-from mmptm.data.tokenizer import train_tokenizer
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
+from mmptm.tokenizers.sentencepiece import train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,8 @@ def test_kepler_without_the_graph_is_mlm_alone(kworld, tmp_path):
 
 
 def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
-    from mmptm.data.graph import load_graph, read_descriptions
     from mmptm.eval.kepler import encode_texts, kepler_link_prediction
+    from mmptm.kg.graph import load_graph, read_descriptions
 
     model, tok, cfg, _ = _sources("kepler_tiny", kworld, tmp_path)
     graph = kworld / "knowledge" / "graph"

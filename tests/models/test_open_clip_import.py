@@ -24,7 +24,7 @@ from mmptm.models.open_clip_import import (
     open_clip_state_dict_to_mmptm,
     read_model_config,
 )
-from mmptm.models.run import RunConfig
+from mmptm.recipe import RunConfig
 
 open_clip = pytest.importorskip("open_clip")
 pytest.importorskip("safetensors")

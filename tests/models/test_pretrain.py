@@ -11,10 +11,11 @@ import torch
 from conftest import text_image_model_config
 
 from mmptm.encoders.base import VocabInfo
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.objectives.base import ForObjectives, TaskSampler
 from mmptm.objectives.itm import SwapNegatives
 from mmptm.objectives.mlm import MaskTokens
+from mmptm.recipe import ModelConfig
 
 VOCAB = VocabInfo(vocab_size=50, special_ids=frozenset({0, 1, 2, 3, 4}))
 

@@ -14,7 +14,7 @@ from mmptm.data.shards import expand_shards
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.registry import MODALITIES
 
 RECIPES = sorted(

@@ -11,7 +11,7 @@ from mmptm.config import to_dict
 from mmptm.encoders.base import VocabInfo
 from mmptm.models import checkpoint
 from mmptm.models.load import build_model, init_from, load_init
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 
 QA = str(ROOT / "configs/finetune/video_qa.yaml")
 SMALL = [

@@ -11,7 +11,7 @@ from conftest import ROOT, synthetic_batch, tiny_overrides
 
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 
 VIDEO_TINY = ["video_clip_tiny", "videobert_tiny", "cbt_tiny"]
 K = 24

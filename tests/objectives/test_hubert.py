@@ -385,7 +385,8 @@ class StudentStub(Encoder):
 def test_wav2vec2_and_hubert_train_one_model(tmp_path) -> None:
     from mmptm.config import from_dict
     from mmptm.encoders.base import VocabInfo
-    from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+    from mmptm.models.pretrain import PretrainModel, data_transforms
+    from mmptm.recipe import ModelConfig
 
     wave, mask, steps = _waves([16000, 12000, 9000])
     np.save(tmp_path / "cb.npy", mfcc_features(wave[0]).numpy()[::7][:6].copy())

@@ -10,9 +10,10 @@ from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
 from mmptm.encoders.features import UnitsEncoder
 from mmptm.fusion.base import FusionOutput
-from mmptm.models.pretrain import ModelConfig, PretrainModel, data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.objectives.itm import ImageTextMatching
 from mmptm.objectives.masked_units import IGNORE, MaskedUnits
+from mmptm.recipe import ModelConfig
 
 VOCAB = VocabInfo(vocab_size=20, special_ids=frozenset({0, 1, 2, 3, 4}))
 K = 12

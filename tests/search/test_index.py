@@ -22,7 +22,7 @@ from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.eval.retrieval import embed_rows, retrieval_heads, retrieval_sides
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.search.index import SearchIndex, build_index
 from mmptm.search.store import IndexOptions
 from mmptm.train.trainer import pretrain

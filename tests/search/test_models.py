@@ -17,7 +17,7 @@ from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.eval.retrieval import embed_rows, itm_scores, retrieval_heads, retrieval_sides
 from mmptm.eval.xlingual import text_plugin
 from mmptm.models.load import load_pretrained
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.search.index import SearchIndex, build_index
 from mmptm.train.trainer import pretrain
 

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
+from mmptm import toyworld
 from mmptm.cli import main
-from mmptm.data import toyworld
 from mmptm.eval.cloze import evaluate_cloze
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.studies.knowledge import (
     CLOZE_WORDINGS,
     GROUPS,

@@ -9,7 +9,7 @@ import pytest
 
 from mmptm.cli import main
 from mmptm.models.load import build_model
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.studies import VL_RUNS, model_budget
 
 #: one pre-norm block at width 128, MLP 512: attention 4·128² + 4·128, MLP 2·128·512 + 512 +

@@ -41,7 +41,7 @@ def _record_runs(rank: int, port: int, runs: dict, out_dir: str) -> None:
     that give a NaN loss)."""
     rank_env(rank, port)
     from mmptm.models.pretrain import PretrainModel, PretrainOutput
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import NonFiniteLoss, Trainer
 
     keys: list[list[str]] = []
@@ -147,7 +147,7 @@ def test_uneven_shards_give_every_rank_batches_and_no_sample_twice_per_epoch(tin
 def _stall_rank_1(rank: int, port: int, recipe: str, overrides: list, out_dir: str) -> None:
     """Rank 1 stops answering before step 3 (as if paused); rank 0 reports what it sees."""
     rank_env(rank, port)
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import Trainer, pretrain
 
     real_step = Trainer.train_step
@@ -184,7 +184,7 @@ def _threads_around_pretrain(rank: int, port: int, overrides: list, out_dir: str
     rank_env(rank, port)
     import threading
 
-    from mmptm.models.run import load_run_config
+    from mmptm.recipe import load_run_config
     from mmptm.train.trainer import pretrain
 
     def native_threads() -> list[str]:

@@ -9,7 +9,7 @@ from conftest import ROOT, tiny_overrides
 from mmptm.eval.classification import evaluate_classification, evaluate_sets
 from mmptm.eval.xlingual import evaluate_xlingual
 from mmptm.models import checkpoint
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import Trainer, pretrain
 
 XNLI = str(ROOT / "configs/finetune/xnli.yaml")

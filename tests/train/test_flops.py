@@ -10,7 +10,7 @@ from conftest import TEXT_MLM, text_mlm_overrides
 from torch import nn
 
 from mmptm.layers.transformer import TransformerConfig, TransformerStack
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.flops import FlopCount, known_peak, peak_flops
 from mmptm.train.parallel import checkpoint_blocks
 from mmptm.train.trainer import pretrain

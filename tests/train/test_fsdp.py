@@ -27,7 +27,7 @@ from conftest import (
 
 from mmptm.data.pipeline import Loader
 from mmptm.models import checkpoint
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import leave_process_group
 
 CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mmptm.cli import main
-from mmptm.data.graph import load_embeddings, load_graph
+from mmptm.kg.graph import load_embeddings, load_graph
 from mmptm.train.kge import KGETrainConfig, RowOptimizer, train_kge
 
 

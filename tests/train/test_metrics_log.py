@@ -13,7 +13,7 @@ from conftest import TEXT_MLM, text_mlm_overrides
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from mmptm.models.run import load_run_config
+from mmptm.recipe import load_run_config
 from mmptm.train import metrics_log
 from mmptm.train.trainer import pretrain
 

@@ -16,7 +16,7 @@ from mmptm.config import ConfigError
 from mmptm.models import checkpoint
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import PretrainModel, PretrainOutput
-from mmptm.models.run import TrainConfig, load_run_config
+from mmptm.recipe import TrainConfig, load_run_config
 from mmptm.train.optim import lr_factor, param_groups
 from mmptm.train.trainer import NonFiniteLoss, Trainer, pretrain
 

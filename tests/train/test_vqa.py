@@ -9,8 +9,8 @@ from conftest import ROOT, tiny_overrides
 
 from mmptm.cli import main
 from mmptm.eval.vqa import evaluate_vqa
-from mmptm.models.run import load_run_config
 from mmptm.objectives.vqa import read_answer_vocab, soft_score
+from mmptm.recipe import load_run_config
 from mmptm.train.trainer import pretrain
 
 

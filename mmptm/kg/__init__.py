@@ -1,0 +1,1 @@
+"""Knowledge graphs on disk: triples, entity vocabularies, aliases, descriptions, embeddings."""
