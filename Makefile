@@ -5,7 +5,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install browser demo test lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/mmptm demo
 
-test: $(STAMP)
+# The search page's browser test drives Debian's Chromium (Playwright's own download does not
+# work offline): install it when it is missing and this machine can (root, apt-get). Elsewhere
+# the test fails and says how to install it or where to point MMPTM_CHROMIUM.
+browser:
+	@command -v chromium >/dev/null || test -n "$$MMPTM_CHROMIUM" || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver >/dev/null; \
+	else \
+		echo "no chromium: the browser test will fail (apt-get install chromium, or set MMPTM_CHROMIUM)"; \
+	fi
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports

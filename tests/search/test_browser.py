@@ -6,7 +6,7 @@ What the page shows is checked against a brute-force oracle that shares no code 
 mmptm.search: the run's contrastive embeddings of every test image and English caption,
 computed by the evaluation path (mmptm.eval.retrieval's sides, the model's fuse and embed)
 and compared with numpy. This test never skips: without Chromium it fails and says how to
-install it (``.ci/run`` does: ``apt-get install -y chromium chromium-driver``).
+install it (``make test`` does, as root: ``apt-get install -y chromium chromium-driver``).
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def server(tiny_index: Path):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    if not Path(CHROMIUM).exists():  # CI installs it (.ci/run): never skip
+    if not Path(CHROMIUM).exists():  # `make test` installs it: never skip
         pytest.fail(
             f"no Chromium at {CHROMIUM}: install Debian's (apt-get install -y chromium "
-            "chromium-driver; .ci/run does) or point MMPTM_CHROMIUM at one"
+            "chromium-driver; `make test` does as root) or point MMPTM_CHROMIUM at one"
         )
     profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh one
     with chromium(profile, CHROMIUM, viewport={"width": 1280, "height": 860}) as context:
