@@ -44,7 +44,7 @@ from mmptm.io import remove_temporaries
 from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.load import NO_TEXT, build_model, encoder_prefixes, init_from, load_init
-from mmptm.models.pretrain import data_transforms
+from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.objectives.base import Objective
 from mmptm.progress import progress_bar
 from mmptm.recipe import RunConfig, check_recipe
@@ -182,18 +182,7 @@ class Trainer:
         self.ckpt_dir = self.out / checkpoint.CKPT_DIR
         if self.dist.main:
             check_writable(self.out)
-        init = init_from(cfg)
-        seed_everything(cfg.seed)  # identical initial weights on every rank
-        self.model, self.tokenizer = build_model(cfg)
-        if init is not None and cfg.init_mode != "architecture":
-            only = ""
-            if cfg.init_mode == "encoders":
-                only = encoder_prefixes(self.model, init.model, cfg.init)
-            load_init(self.model, init.model, cfg.init, only=only)
-        frozen = freeze(self.model, tc.freeze)
-        if frozen and self.dist.main:
-            n = sum(p.numel() for p in self.model.parameters() if not p.requires_grad)
-            log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
+        self.model, self.tokenizer = self._build_model()
         self.model.to(self.device)
         vocab = VocabInfo.from_tokenizer(self.tokenizer) if self.tokenizer else NO_TEXT
         self.stream = stream_config(
@@ -205,14 +194,7 @@ class Trainer:
             rank=self.dist.rank,
             world=self.dist.world,
         )
-        shards = [len(src.urls) for src in self.stream.sources]
-        shared = shards[0] % self.dist.world if len(shards) == 1 else 0
-        if shared and not cfg.data.resampled and self.dist.main:
-            log.info(
-                "%d shards for %d ranks: every rank reads %d of them each epoch and keeps 1/%d "
-                "of their samples (a multiple of %d shards reads each shard once)",
-                shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
-            )  # fmt: skip
+        self._note_shared_shards()
         #: the blocks that recompute their forward in backward (activation checkpointing)
         self.recomputed: list[nn.Module] = []
         if tc.activation_checkpointing:
@@ -251,6 +233,35 @@ class Trainer:
         self.flops_per_step: int | None = None
         self._flops_logged = False
         self.peak_flops = flops.peak_flops(self.device, tc.peak_flops)
+
+    def _build_model(self) -> tuple[PretrainModel, Any]:
+        """The model (seeded alike on every rank), its ``init=`` weights loaded and the
+        ``train.freeze`` patterns applied; and the tokenizer."""
+        cfg = self.cfg
+        init = init_from(cfg)
+        seed_everything(cfg.seed)  # identical initial weights on every rank
+        model, tokenizer = build_model(cfg)
+        if init is not None and cfg.init_mode != "architecture":
+            only = ""
+            if cfg.init_mode == "encoders":
+                only = encoder_prefixes(model, init.model, cfg.init)
+            load_init(model, init.model, cfg.init, only=only)
+        frozen = freeze(model, cfg.train.freeze)
+        if frozen and self.dist.main:
+            n = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+            log.info("train.freeze: %d tensors, %d parameters not trained", len(frozen), n)
+        return model, tokenizer
+
+    def _note_shared_shards(self) -> None:
+        """Say so when the ranks cannot each read whole shards of their own."""
+        shards = [len(src.urls) for src in self.stream.sources]
+        shared = shards[0] % self.dist.world if len(shards) == 1 else 0
+        if shared and not self.cfg.data.resampled and self.dist.main:
+            log.info(
+                "%d shards for %d ranks: every rank reads %d of them each epoch and keeps 1/%d "
+                "of their samples (a multiple of %d shards reads each shard once)",
+                shards[0], self.dist.world, shared, self.dist.world, self.dist.world,
+            )  # fmt: skip
 
     # -- checkpoints ---------------------------------------------------------------------------
 
