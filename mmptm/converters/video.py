@@ -149,30 +149,9 @@ def convert_msrvtt(
         raise ValueError(f"unknown split {split!r}; choices: all, {', '.join(_MSRVTT_SPLITS)}")
     _check_common(split, shard_size, video_dir, "video")
     path = Path(annotations_json)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("videos"), list):
-        raise ValueError(f"{path}: expected a JSON object with a list under 'videos'")
-    if not isinstance(data.get("sentences"), list):
-        raise ValueError(f"{path}: expected a list under 'sentences'")
+    data = _read_msrvtt_json(path)
     stats = SkipStats(os.fspath(path), "items")
-    videos: dict[str, dict[str, Any]] = {}
-    for i, v in enumerate(data["videos"]):
-        if not isinstance(v, dict) or not isinstance(v.get("video_id"), str) or not v["video_id"]:
-            stats.skip("bad_video_entry", f"videos[{i}]", warn=False)
-            continue
-        videos.setdefault(v["video_id"], v)
-    captions: dict[str, list[tuple[Any, str]]] = {}
-    for i, s in enumerate(data["sentences"]):
-        ok = isinstance(s, dict) and isinstance(s.get("caption"), str)
-        if not ok or not s["caption"].strip() or s.get("video_id") not in videos:
-            stats.skip("bad_sentence", f"sentences[{i}]", warn=False)
-            continue
-        captions.setdefault(s["video_id"], []).append((s.get("sen_id", i), s["caption"].strip()))
+    videos, captions = _msrvtt_videos(data, stats)
     if keys is not None:
         wanted = _read_keys(keys) if isinstance(keys, str | os.PathLike) else list(keys)
     else:
@@ -192,8 +171,8 @@ def convert_msrvtt(
             if video_id in seen:
                 stats.skip("duplicate_id", video_id, warn=False)
                 continue
-            caps = [c for _, c in sorted(captions.get(video_id, []), key=_sen_order)]
-            if not caps:
+            ordered = sorted(captions.get(video_id, []), key=_sen_order)
+            if not ordered:
                 stats.skip("no_captions", video_id, warn=False)
                 continue
             file = _find_video(folder, video_id)
@@ -201,24 +180,69 @@ def convert_msrvtt(
                 stats.skip("missing_video", video_id, warn=False)
                 continue
             seen.add(video_id)
-            record = {
-                "video_id": video_id,
-                "split": v.get("split"),
-                "category": v.get("category"),
-                "url": v.get("url"),
-                "start_time": v.get("start time", v.get("start_time")),
-                "end_time": v.get("end time", v.get("end_time")),
-                "captions": {"en": caps},
-                "sen_ids": [sid for sid, _ in sorted(captions[video_id], key=_sen_order)],
-            }
+            record = _msrvtt_record(video_id, v, ordered)
             ext = _video_ext(file)
             assert ext is not None
+            caps = record["captions"]["en"]
             writer.write(
                 {"__key__": _key(video_id), ext: file.read_bytes(), "txt": caps[0], "json": record}
             )
             stats.written += 1
     _summarise(stats)
     return stats.result(writer.shards)
+
+
+def _read_msrvtt_json(path: Path) -> dict[str, Any]:
+    """MSR-VTT's annotation JSON, checked for the ``videos`` and ``sentences`` lists."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("videos"), list):
+        raise ValueError(f"{path}: expected a JSON object with a list under 'videos'")
+    if not isinstance(data.get("sentences"), list):
+        raise ValueError(f"{path}: expected a list under 'sentences'")
+    return data
+
+
+def _msrvtt_videos(
+    data: dict[str, Any], stats: SkipStats
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[tuple[Any, str]]]]:
+    """The JSON's videos by id (the first entry of an id wins) and each video's
+    ``(sen_id, caption)`` pairs; malformed entries are counted in ``stats``."""
+    videos: dict[str, dict[str, Any]] = {}
+    for i, v in enumerate(data["videos"]):
+        if not isinstance(v, dict) or not isinstance(v.get("video_id"), str) or not v["video_id"]:
+            stats.skip("bad_video_entry", f"videos[{i}]", warn=False)
+            continue
+        videos.setdefault(v["video_id"], v)
+    captions: dict[str, list[tuple[Any, str]]] = {}
+    for i, s in enumerate(data["sentences"]):
+        ok = isinstance(s, dict) and isinstance(s.get("caption"), str)
+        if not ok or not s["caption"].strip() or s.get("video_id") not in videos:
+            stats.skip("bad_sentence", f"sentences[{i}]", warn=False)
+            continue
+        captions.setdefault(s["video_id"], []).append((s.get("sen_id", i), s["caption"].strip()))
+    return videos, captions
+
+
+def _msrvtt_record(
+    video_id: str, v: dict[str, Any], captions: list[tuple[Any, str]]
+) -> dict[str, Any]:
+    """A sample's ``json``: the video's entry under our names (MSR-VTT writes "start time")
+    and its ``(sen_id, caption)`` pairs, given in ``sen_id`` order."""
+    return {
+        "video_id": video_id,
+        "split": v.get("split"),
+        "category": v.get("category"),
+        "url": v.get("url"),
+        "start_time": v.get("start time", v.get("start_time")),
+        "end_time": v.get("end time", v.get("end_time")),
+        "captions": {"en": [c for _, c in captions]},
+        "sen_ids": [sid for sid, _ in captions],
+    }
 
 
 def _sen_order(item: tuple[Any, str]) -> tuple[int, Any]:

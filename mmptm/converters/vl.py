@@ -481,15 +481,8 @@ def convert_vqa(
         raise ValueError(
             f"bad image_name {image_name!r} ({exc}); fields: image_id, split, data_subtype"
         ) from None
-    annotations: dict[Any, dict[str, Any]] | None = None
     stats = SkipStats(os.fspath(questions_json), "items")
-    if annotations_json is not None:
-        annotations = {}
-        for i, ann in enumerate(_load_json(annotations_json, "annotations")["annotations"]):
-            if not isinstance(ann, dict) or "question_id" not in ann:
-                stats.skip("bad_annotation", f"{annotations_json}: annotations[{i}]")
-                continue
-            annotations[ann["question_id"]] = ann
+    annotations = None if annotations_json is None else _vqa_annotations(annotations_json, stats)
     index = None if regions_tsv is None else _RegionIndex(regions_tsv, stats)
     media = _Media(image_dir, index)
     seen: set[int] = set()
@@ -498,33 +491,10 @@ def convert_vqa(
             bar = progress_bar(questions["questions"], desc=f"vqa {split}", unit="question",
                                enabled=progress)  # fmt: skip
             for i, q in enumerate(bar):
-                ok = isinstance(q, dict) and isinstance(q.get("question_id"), int)
-                if not ok or not isinstance(q.get("question"), str) or "image_id" not in q:
-                    stats.skip("malformed", f"questions[{i}]")
+                record = _vqa_record(i, q, annotations, seen, stats)
+                if record is None:
                     continue
-                qid, image_id = q["question_id"], q["image_id"]
-                if qid in seen:
-                    stats.skip("duplicate_id", f"question {qid}")
-                    continue
-                record: dict[str, Any] = {
-                    "question": q["question"],
-                    "question_id": qid,
-                    "image_id": image_id,
-                    "answers": [],
-                }
-                if annotations is not None:
-                    ann = annotations.get(qid)
-                    if ann is None:
-                        stats.skip("no_annotation", f"question {qid}")
-                        continue
-                    answers = _answers(ann)
-                    if answers is None or ann.get("image_id", image_id) != image_id:
-                        stats.skip("bad_annotation", f"question {qid}")
-                        continue
-                    record["answers"] = answers
-                    for field in ("answer_type", "question_type", "multiple_choice_answer"):
-                        if field in ann:
-                            record[field] = ann[field]
+                qid, image_id = record["question_id"], record["image_id"]
                 name = None
                 if image_dir is not None:
                     try:
@@ -545,3 +515,54 @@ def convert_vqa(
         if index is not None:
             index.close()
     return stats.result(writer.shards, data_subtype=subtype)
+
+
+def _vqa_annotations(path: PathLike, stats: SkipStats) -> dict[Any, dict[str, Any]]:
+    """The annotations file's entries by question id; ones without an id are skipped."""
+    annotations: dict[Any, dict[str, Any]] = {}
+    for i, ann in enumerate(_load_json(path, "annotations")["annotations"]):
+        if not isinstance(ann, dict) or "question_id" not in ann:
+            stats.skip("bad_annotation", f"{path}: annotations[{i}]")
+            continue
+        annotations[ann["question_id"]] = ann
+    return annotations
+
+
+def _vqa_record(
+    i: int,
+    q: Any,
+    annotations: dict[Any, dict[str, Any]] | None,
+    seen: set[int],
+    stats: SkipStats,
+) -> dict[str, Any] | None:
+    """The ``json`` of question ``q`` (entry ``i``) with its answers, or None, counted in
+    ``stats``, for a malformed or repeated question or a missing or bad annotation."""
+    ok = isinstance(q, dict) and isinstance(q.get("question_id"), int)
+    if not ok or not isinstance(q.get("question"), str) or "image_id" not in q:
+        stats.skip("malformed", f"questions[{i}]")
+        return None
+    qid, image_id = q["question_id"], q["image_id"]
+    if qid in seen:
+        stats.skip("duplicate_id", f"question {qid}")
+        return None
+    record: dict[str, Any] = {
+        "question": q["question"],
+        "question_id": qid,
+        "image_id": image_id,
+        "answers": [],
+    }
+    if annotations is None:  # the test split
+        return record
+    ann = annotations.get(qid)
+    if ann is None:
+        stats.skip("no_annotation", f"question {qid}")
+        return None
+    answers = _answers(ann)
+    if answers is None or ann.get("image_id", image_id) != image_id:
+        stats.skip("bad_annotation", f"question {qid}")
+        return None
+    record["answers"] = answers
+    for field in ("answer_type", "question_type", "multiple_choice_answer"):
+        if field in ann:
+            record[field] = ann[field]
+    return record

@@ -305,17 +305,7 @@ def evaluate_cloze(
     """
     items = read_cloze(file)
     if sentence is not None:
-        short = [
-            i
-            for i, it in enumerate(items)
-            if not -len(it.sentences) <= sentence < len(it.sentences)
-        ]
-        if short:
-            raise ValueError(
-                f"{file}: line {short[0] + 1} has no masked sentence {sentence} "
-                f"({len(items[short[0]].sentences)} given)"
-            )
-        items = [dataclasses.replace(it, sentences=[it.sentences[sentence]]) for it in items]
+        items = _one_sentence(items, sentence, file)
     if isinstance(candidates, (str, Path)):
         candidates = read_candidates(candidates)
     cands = relation_candidates(items, candidates)
@@ -323,26 +313,9 @@ def evaluate_cloze(
     net = net.to(device).eval()
     m = _LANG_IN_NAME.search(Path(file).name)
     default = language or (m.group(1) if m else (tokenizer.languages or ["en"])[0])
-
-    def samples() -> Iterable[dict[str, Any]]:
-        for i, it in enumerate(items):
-            lang = language or str(it.extra.get("language") or default)
-            for j in range(len(it.sentences)):
-                for c, label in enumerate(cands[it.predicate_id]):
-                    yield query_sample(it, j, label, lang, f"{i:07d}_{j:03d}_{c:05d}")
-
-    scored = score_queries(net, cfg, tokenizer, samples(), device=device, batch_size=batch_size)
-    ranks, pieces = [], []
-    for i, it in enumerate(items):
-        labels = cands[it.predicate_id]
-        s_SC = torch.tensor(
-            [[scored[f"{i:07d}_{j:03d}_{c:05d}"][0] for c in range(len(labels))]
-             for j in range(len(it.sentences))]
-        )  # fmt: skip
-        gold = labels.index(it.obj_label)
-        ranks.append(float(realistic_ranks(s_SC.mean(0)[None], torch.tensor([gold]))[0]))
-        pieces.append(scored[f"{i:07d}_000_{gold:05d}"][1])
-    r = torch.tensor(ranks)
+    samples = _cloze_samples(items, cands, language, default)
+    scored = score_queries(net, cfg, tokenizer, samples, device=device, batch_size=batch_size)
+    r, pieces = _gold_ranks(items, cands, scored)
     result: dict[str, Any] = {
         "file": str(file),
         "language": default,
@@ -361,6 +334,49 @@ def evaluate_cloze(
         if any(v is not None for v in values):
             result[f"by_{name}"] = _grouped(r, [str(v) for v in values])
     return result
+
+
+def _one_sentence(items: list[ClozeItem], sentence: int, file: str) -> list[ClozeItem]:
+    """``items`` with only their masked sentence of index ``sentence``, which each must have."""
+    short = [
+        i for i, it in enumerate(items) if not -len(it.sentences) <= sentence < len(it.sentences)
+    ]
+    if short:
+        raise ValueError(
+            f"{file}: line {short[0] + 1} has no masked sentence {sentence} "
+            f"({len(items[short[0]].sentences)} given)"
+        )
+    return [dataclasses.replace(it, sentences=[it.sentences[sentence]]) for it in items]
+
+
+def _cloze_samples(
+    items: list[ClozeItem], cands: Mapping[str, list[str]], language: str, default: str
+) -> Iterable[dict[str, Any]]:
+    """Every query's text samples, one per sentence and candidate, keyed
+    ``{item:07d}_{sentence:03d}_{candidate:05d}`` (what :func:`_gold_ranks` looks up)."""
+    for i, it in enumerate(items):
+        lang = language or str(it.extra.get("language") or default)
+        for j in range(len(it.sentences)):
+            for c, label in enumerate(cands[it.predicate_id]):
+                yield query_sample(it, j, label, lang, f"{i:07d}_{j:03d}_{c:05d}")
+
+
+def _gold_ranks(
+    items: list[ClozeItem], cands: Mapping[str, list[str]], scored: Mapping[str, tuple[float, int]]
+) -> tuple[torch.Tensor, list[int]]:
+    """Each item's gold rank among its relation's candidates (scores averaged over its
+    sentences), and the gold answer's number of pieces."""
+    ranks, pieces = [], []
+    for i, it in enumerate(items):
+        labels = cands[it.predicate_id]
+        s_SC = torch.tensor(
+            [[scored[f"{i:07d}_{j:03d}_{c:05d}"][0] for c in range(len(labels))]
+             for j in range(len(it.sentences))]
+        )  # fmt: skip
+        gold = labels.index(it.obj_label)
+        ranks.append(float(realistic_ranks(s_SC.mean(0)[None], torch.tensor([gold]))[0]))
+        pieces.append(scored[f"{i:07d}_000_{gold:05d}"][1])
+    return torch.tensor(ranks), pieces
 
 
 def _grouped(ranks: torch.Tensor, keys: Sequence[str]) -> dict[str, dict[str, float]]:

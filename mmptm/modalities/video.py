@@ -272,6 +272,71 @@ def _scaler(pid: int) -> Any:
     return VideoReformatter()
 
 
+class _Frames:
+    """The frames one :func:`_decode_at` call collects, and the decoder setting they call for.
+
+    A target (pts t) takes the first frame with pts >= t - half a frame (the frame at t on a
+    regular grid); frames are scaled (short side to ``size``) and centre-cropped as taken.
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        timing: _Timing,
+        wanted: Sequence[float],
+        size: int,
+        interpolation: str,
+        stats: DecodeStats,
+    ) -> None:
+        tb = timing.time_base
+        self.half = 0.5 / timing.rate / tb  # half a frame, in pts
+        self.targets = [timing.start + t / tb for t in wanted]  # ascending
+        W, H = stream.codec_context.width, stream.codec_context.height
+        scale = size / min(W, H)
+        self.w, self.h = max(size, round(W * scale)), max(size, round(H * scale))
+        self.top, self.left = (self.h - size) // 2, (self.w - size) // 2
+        self.size, self.interpolation = size, interpolation
+        self.scaler = _scaler(os.getpid())
+        self.stream, self.ctx, self.stats = stream, stream.codec_context, stats
+        self.out: list[np.ndarray] = []
+        # the last frame decoded and its pts (a clip may end before its metadata say)
+        self.last: tuple[Any, Any] | None = None
+        self.skip = ""  # the decoder's skip_frame setting now
+
+    @property
+    def done(self) -> bool:
+        return len(self.out) == len(self.targets)
+
+    def take(self, frame: Any) -> None:
+        """``frame`` for every next target it is the frame of; kept as the last either way."""
+        self.stats.decoded += 1
+        out, targets, half, size = self.out, self.targets, self.half, self.size
+        pts = frame.pts if frame.pts is not None else targets[len(out)]
+        if targets[len(out)] <= pts + half:
+            rgb = self.scaler.reformat(
+                frame, width=self.w, height=self.h, format="rgb24",
+                interpolation=_SWS[self.interpolation],
+                threads=1,  # no scaler thread pool: small frames, and workers run in parallel
+            ).to_ndarray()  # fmt: skip
+            rgb = rgb[self.top : self.top + size, self.left : self.left + size]
+            while len(out) < len(targets) and targets[len(out)] <= pts + half:
+                out.append(rgb)
+        self.last = (frame, pts)
+
+    def feed(self, packet: Any) -> None:
+        """Give ``packet`` to the decoder (None: drain it) and take what comes out."""
+        if packet is not None and packet.pts is not None:
+            # a frame no other frame refers to is decoded only if it is a target's
+            i = bisect.bisect_left(self.targets, packet.pts - self.half)
+            hit = i < len(self.targets) and self.targets[i] <= packet.pts + self.half
+            mode = "DEFAULT" if hit else "NONREF"
+            if mode != self.skip:
+                self.ctx.skip_frame = self.skip = mode
+        for frame in self.stream.decode(packet):
+            if not self.done:
+                self.take(frame)
+
+
 def _decode_at(
     container: Any,
     stream: Any,
@@ -284,51 +349,37 @@ def _decode_at(
     """Demultiplex in order; decode a group of pictures only from the packet that reaches
     a target; jump long gaps. A target (pts t) takes the first frame with pts >= t - half a
     frame (the frame at t on a regular grid)."""
-    tb = timing.time_base
-    half = 0.5 / timing.rate / tb  # half a frame, in pts
-    targets = [timing.start + t / tb for t in wanted]  # ascending
-    gap = _SEEK_GAP_S / tb
-    W, H = stream.codec_context.width, stream.codec_context.height
-    scale = size / min(W, H)
-    w, h = max(size, round(W * scale)), max(size, round(H * scale))
-    top, left = (h - size) // 2, (w - size) // 2
-    scaler = _scaler(os.getpid())
-    out: list[np.ndarray] = []
-    last: list[Any] = []  # the last frame decoded (a clip may end before its metadata say)
+    frames = _Frames(stream, timing, wanted, size, interpolation, stats)
+    buf, fresh = _read_groups(container, stream, timing, frames)
+    if not frames.done:  # end of stream: what the decoder still holds
+        if fresh and buf:
+            frames.ctx.flush_buffers()
+        for q in buf:
+            frames.feed(q)
+        if buf or not fresh:
+            frames.feed(None)
+    if not frames.done:
+        _stand_in_last(frames, timing)
+    return np.stack(frames.out)
 
-    def take(frame: Any) -> None:
-        stats.decoded += 1
-        pts = frame.pts if frame.pts is not None else targets[len(out)]
-        if targets[len(out)] <= pts + half:
-            rgb = scaler.reformat(
-                frame, width=w, height=h, format="rgb24", interpolation=_SWS[interpolation],
-                threads=1,  # no scaler thread pool: small frames, and workers run in parallel
-            ).to_ndarray()  # fmt: skip
-            rgb = rgb[top : top + size, left : left + size]
-            while len(out) < len(targets) and targets[len(out)] <= pts + half:
-                out.append(rgb)
-        last[:] = [frame, pts]
 
-    ctx = stream.codec_context
-    skip = [""]  # the decoder's skip_frame setting now
+def _read_groups(
+    container: Any, stream: Any, timing: _Timing, frames: _Frames
+) -> tuple[list[Any], bool]:
+    """Demultiplex until every target is taken or the stream ends, giving the decoder a group
+    of pictures only from the packet that reaches a target, and seeking over long gaps.
 
-    def feed(packet: Any) -> None:
-        if packet is not None and packet.pts is not None:
-            # a frame no other frame refers to is decoded only if it is a target's
-            i = bisect.bisect_left(targets, packet.pts - half)
-            mode = "DEFAULT" if i < len(targets) and targets[i] <= packet.pts + half else "NONREF"
-            if mode != skip[0]:
-                ctx.skip_frame = skip[0] = mode
-        for frame in stream.decode(packet):
-            if len(out) < len(targets):
-                take(frame)
-
+    Returns the packets of the current group not yet given to the decoder and whether the
+    decoder holds nothing of that group (``fresh``): at the end of the stream, what is left.
+    """
+    targets, half, stats = frames.targets, frames.half, frames.stats
+    gap = _SEEK_GAP_S / timing.time_base
     packets = container.demux(stream)
     buf: list[Any] = []  # packets of the current group of pictures not given to the decoder
     fresh = True  # the decoder holds nothing of the current group
     fed = -math.inf  # highest pts given to the decoder in the current group
     can_seek, seeked_at = True, None
-    while len(out) < len(targets):
+    while not frames.done:
         packet = next(packets, None)
         if packet is None:
             break
@@ -340,13 +391,13 @@ def _decode_at(
             if not packet.is_keyframe:
                 continue  # decoding starts at a key frame
             can_seek, seeked_at = pts > seeked_at, None
-        target = targets[len(out)]
+        target = targets[len(frames.out)]
         if packet.is_keyframe:
             if not fresh and fed >= target - half:  # the target's frame may be in the decoder
-                feed(None)
-                if len(out) == len(targets):
+                frames.feed(None)
+                if frames.done:
                     break
-                target = targets[len(out)]
+                target = targets[len(frames.out)]
             buf, fresh, fed = [], True, -math.inf
         if fresh and can_seek and target - pts > gap:
             container.seek(int(target - half), stream=stream)
@@ -357,35 +408,32 @@ def _decode_at(
         buf.append(packet)
         if max(fed, pts) >= target - half:
             if fresh:
-                ctx.flush_buffers()
+                frames.ctx.flush_buffers()
                 fresh = False
             for q in buf:
                 fed = max(fed, q.pts if q.pts is not None else q.dts)
-                feed(q)
+                frames.feed(q)
             buf = []
-    if len(out) < len(targets):  # end of stream: what the decoder still holds
-        if fresh and buf:
-            ctx.flush_buffers()
-        for q in buf:
-            feed(q)
-        if buf or not fresh:
-            feed(None)
-    if len(out) < len(targets):
-        if not last:
-            raise ValueError("no frame could be decoded")
-        frame, pts = last
-        end = float((pts - timing.start) * tb)
-        missing = float((targets[-1] - pts) * tb)
-        if missing > max(0.5, 0.1 * timing.duration):
-            raise ValueError(
-                f"the clip ends at {end:.2f} s, its metadata say {timing.duration:.2f} s "
-                "(truncated?)"
-            )
-        take(frame)  # a little short of the metadata: the last frame stands in
-        stats.decoded -= 1
-        while len(out) < len(targets):
-            out.append(out[-1])
-    return np.stack(out)
+    return buf, fresh
+
+
+def _stand_in_last(frames: _Frames, timing: _Timing) -> None:
+    """A clip that ends a little before its metadata say: its last frame stands in for the
+    targets past its end. One that ends well before (truncated) is refused."""
+    if frames.last is None:
+        raise ValueError("no frame could be decoded")
+    frame, pts = frames.last
+    tb = timing.time_base
+    end = float((pts - timing.start) * tb)
+    missing = float((frames.targets[-1] - pts) * tb)
+    if missing > max(0.5, 0.1 * timing.duration):
+        raise ValueError(
+            f"the clip ends at {end:.2f} s, its metadata say {timing.duration:.2f} s (truncated?)"
+        )
+    frames.take(frame)
+    frames.stats.decoded -= 1  # take counts a decoded frame; this one was counted already
+    while not frames.done:
+        frames.out.append(frames.out[-1])
 
 
 # --------------------------------------------------------------------------------------------

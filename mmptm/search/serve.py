@@ -142,33 +142,61 @@ def create_app(
         redoc_url=None,
     )
     lock = threading.Lock()
+    _add_search_routes(app, index, lock, max_k, max_upload_mb, max_image_pixels)
+    _add_item_routes(app, index, max_k, max_upload_mb)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(
+            STATIC / "index.html",
+            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
+        )
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, with the index's refusals as HTTP errors."""
+    try:
+        return fn(*args, **kwargs)
+    except KeyError as e:  # the index's message names the key
+        raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
+    except ValueError as e:
+        raise HTTPException(400, str(e) or "bad request") from None
+
+
+def _search(
+    lock: threading.Lock, fn: Callable[..., list[Hit]], *args: Any, **kwargs: Any
+) -> tuple[list, float]:
+    """The hits of one search, under the lock, and its time in ms."""
+    with lock:
+        t0 = time.perf_counter()
+        hits = _call(fn, *args, **kwargs)
+        return hits, 1000 * (time.perf_counter() - t0)
+
+
+def _results(
+    kind: str, value: str, k: int, lang: str | None, side: str | None, found: tuple
+) -> SearchOut:
+    """The answer to one search; its ``side`` is that of the hits (the one asked, if none)."""
+    hits, ms = found
+    return SearchOut(
+        query=kind, value=value, k=k, lang=lang, side=hits[0].side if hits else side,
+        hits=[_hit(h) for h in hits], latency_ms=round(ms, 3),
+    )  # fmt: skip
+
+
+def _add_search_routes(
+    app: FastAPI,
+    index: SearchIndex,
+    lock: threading.Lock,
+    max_k: int,
+    max_upload_mb: int,
+    max_image_pixels: int,
+) -> None:
+    """The three searches: by text, by an uploaded image, by an item's key."""
     max_bytes = max_upload_mb * 1024 * 1024
-
-    def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """``fn(*args, **kwargs)``, with the index's refusals as HTTP errors."""
-        try:
-            return fn(*args, **kwargs)
-        except KeyError as e:  # the index's message names the key
-            raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
-        except ValueError as e:
-            raise HTTPException(400, str(e) or "bad request") from None
-
-    def search(fn: Callable[..., list[Hit]], *args: Any, **kwargs: Any) -> tuple[list, float]:
-        """The hits of one search, under the lock, and its time in ms."""
-        with lock:
-            t0 = time.perf_counter()
-            hits = call(fn, *args, **kwargs)
-            return hits, 1000 * (time.perf_counter() - t0)
-
-    def results(
-        kind: str, value: str, k: int, lang: str | None, side: str | None, found: tuple
-    ) -> SearchOut:
-        hits, ms = found
-        return SearchOut(
-            query=kind, value=value, k=k, lang=lang, side=hits[0].side if hits else side,
-            hits=[_hit(h) for h in hits], latency_ms=round(ms, 3),
-        )  # fmt: skip
-
     k_query = Query(10, description=f"number of results, 1..{max_k}")
     lang_query = Query(None, description="caption language shown (on a text side: searched)")
     side_query = Query(None, description="side of the index to search (default: the other one)")
@@ -185,9 +213,9 @@ def create_app(
         """Text → items (by default the index's non-text side, e.g. images)."""
         _check_range("k", k, 1, max_k)
         _check_range("rerank_k", rerank_k, 0, max_k)
-        found = search(index.search_text, q, k, lang=lang or None, side=side or None,
-                       rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
-        return results("text", q, k, lang, side, found)
+        found = _search(lock, index.search_text, q, k, lang=lang or None, side=side or None,
+                        rerank_k=rerank_k, query_lang=query_lang or None)  # fmt: skip
+        return _results("text", q, k, lang, side, found)
 
     @app.post(
         "/api/search/image",
@@ -210,9 +238,9 @@ def create_app(
         name, data = await _read_upload(request, max_bytes, max_upload_mb)
         _check_image(name, data, max_image_pixels)
         found = await run_in_threadpool(
-            search, index.search_image, data, k, lang=lang or None, side=side or None
+            _search, lock, index.search_image, data, k, lang=lang or None, side=side or None
         )
-        return results("image", name, k, lang, side, found)
+        return _results("image", name, k, lang, side, found)
 
     @app.get("/api/similar/{key}", response_model=SearchOut, responses=ERRORS)
     def similar(
@@ -220,8 +248,12 @@ def create_app(
     ) -> SearchOut:
         """More like this: the stored vector of item ``key`` → the nearest other items."""
         _check_range("k", k, 1, max_k)
-        found = search(index.search_key, key, k, lang=lang or None, side=side or None)
-        return results("key", key, k, lang, side, found)
+        found = _search(lock, index.search_key, key, k, lang=lang or None, side=side or None)
+        return _results("key", key, k, lang, side, found)
+
+
+def _add_item_routes(app: FastAPI, index: SearchIndex, max_k: int, max_upload_mb: int) -> None:
+    """What the page shows beside the hits: thumbnails, an item's record, the health."""
 
     @app.get(
         "/api/thumb/{key}",
@@ -230,7 +262,7 @@ def create_app(
     )
     def thumbnail(key: str, request: Request) -> Response:
         """The item's JPEG thumbnail; cacheable (ETag, a day's max-age)."""
-        data = call(index.thumbnail, key)
+        data = _call(index.thumbnail, key)
         etag = f'"{hashlib.blake2b(data, digest_size=12).hexdigest()}"'
         headers = {"ETag": etag, "Cache-Control": "public, max-age=86400"}
         if request.headers.get("if-none-match") == etag:
@@ -240,7 +272,7 @@ def create_app(
     @app.get("/api/item/{key}", responses={404: ERRORS[404]})
     def item(key: str) -> dict[str, Any]:
         """Everything the index stores about one item (captions per language, json fields)."""
-        return jsonable_encoder(call(index.item, key))
+        return jsonable_encoder(_call(index.item, key))
 
     @app.get("/api/health", response_model=HealthOut)
     def health() -> HealthOut:
@@ -249,16 +281,6 @@ def create_app(
             status="ok", index=jsonable_encoder(index.info), max_k=max_k,
             max_upload_mb=max_upload_mb,
         )  # fmt: skip
-
-    @app.get("/", include_in_schema=False)
-    def page() -> FileResponse:
-        return FileResponse(
-            STATIC / "index.html",
-            headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache"},
-        )
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
 
 
 async def _read_upload(request: Request, max_bytes: int, max_mb: int) -> tuple[str, bytes]:

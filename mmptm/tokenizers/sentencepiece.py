@@ -619,21 +619,51 @@ def train_tokenizer(
     """
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
+    _check_training(model_type, max_sentences, num_threads, fit_to_data)
+    files = _expand_inputs(inputs)  # before reading anything: a typo should fail fast
+    kept, found_langs = _sample_inputs(files, inputs, max_sentences, seed)
+    langs = _check_languages(sorted(found_langs) if languages is None else languages)
+    n_meta = len(SPECIALS) + len(langs)
+    if vocab_size <= n_meta:
+        raise ValueError(f"vocab_size {vocab_size} leaves no room beyond {n_meta} specials/tags")
+
+    model = _train_model(
+        kept, langs, model_type, vocab_size, character_coverage, num_threads, fit_to_data
+    )
+    model_path = Path(f"{out_prefix}.model")
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    model_path.write_bytes(model)
+    specials = dict(zip(ROLES, SPECIALS))
+    sidecar = {"languages": langs, "specials": specials}
+    Path(f"{out_prefix}.json").write_text(
+        json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    tok = Tokenizer(model, languages=langs, specials=specials)
+    _check_size(tok, kept, vocab_size, model_type, fit_to_data)
+    return tok
+
+
+def _check_training(model_type: str, max_sentences: int, num_threads: int, fit: bool) -> None:
+    """Refuse :func:`train_tokenizer` settings sentencepiece would take badly or not at all."""
     if model_type not in ("unigram", "bpe", "char", "word"):
         raise ValueError(f"model_type must be unigram, bpe, char or word, got {model_type!r}")
     if max_sentences < 1:
         raise ValueError(f"max_sentences must be >= 1, got {max_sentences}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
-    if fit_to_data and model_type != "bpe":
+    if fit and model_type != "bpe":
         raise ValueError(
             f"fit_to_data needs model_type='bpe' (got {model_type!r}): unigram stops short of "
             "whole words on small corpora"
         )
 
-    files = _expand_inputs(inputs)  # before reading anything: a typo should fail fast
-    found_langs: set[str] = set()
 
+def _sample_inputs(
+    files: list[Path], inputs: list[str | Path], max_sentences: int, seed: int
+) -> tuple[list[str], set[str]]:
+    """The training sentences (at most ``max_sentences``, sampled with ``seed``) of ``files``
+    and the languages their shards name; warns about what could not be read."""
+    found_langs: set[str] = set()
     handler = SkipCounter()
 
     def sentences() -> Iterator[str]:
@@ -650,17 +680,26 @@ def train_tokenizer(
         warnings.warn(
             f"tokenizer inputs: skipped {handler.count} unreadable sample(s) or shard part(s); "
             f"last: {handler.last}",
-            stacklevel=2,
+            stacklevel=3,  # train_tokenizer's caller
         )
     if not kept:
         raise ValueError(f"no sentences found in tokenizer inputs {list(map(str, inputs))}")
     if seen > len(kept):
         log.info("tokenizer: sampled %d of %d sentences (seed %d)", len(kept), seen, seed)
-    langs = _check_languages(sorted(found_langs) if languages is None else languages)
-    n_meta = len(SPECIALS) + len(langs)
-    if vocab_size <= n_meta:
-        raise ValueError(f"vocab_size {vocab_size} leaves no room beyond {n_meta} specials/tags")
+    return kept, found_langs
 
+
+def _train_model(
+    kept: list[str],
+    langs: list[str],
+    model_type: str,
+    vocab_size: int,
+    character_coverage: float,
+    num_threads: int,
+    fit_to_data: bool,
+) -> bytes:
+    """The sentencepiece model trained on ``kept``, serialized: our specials at fixed ids
+    ([PAD] 0, [UNK] 1), the rest and the language tags as control symbols."""
     buf = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(kept),
@@ -684,16 +723,14 @@ def train_tokenizer(
         # with fit_to_data, running out of pairs to merge is the expected end, not a warning
         minloglevel=2 if fit_to_data else 1,
     )
-    model = buf.getvalue()
-    model_path = Path(f"{out_prefix}.model")
-    model_path.parent.mkdir(parents=True, exist_ok=True)
-    model_path.write_bytes(model)
-    specials = dict(zip(ROLES, SPECIALS))
-    sidecar = {"languages": langs, "specials": specials}
-    Path(f"{out_prefix}.json").write_text(
-        json.dumps(sidecar, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    tok = Tokenizer(model, languages=langs, specials=specials)
+    return buf.getvalue()
+
+
+def _check_size(
+    tok: Tokenizer, kept: list[str], vocab_size: int, model_type: str, fit_to_data: bool
+) -> None:
+    """Warn when the trained vocabulary is far smaller than asked (or, with ``fit_to_data``,
+    when BPE stopped short and left words split)."""
     if fit_to_data:
         if tok.vocab_size < vocab_size:
             _check_whole_words(tok, kept)
@@ -708,7 +745,6 @@ def train_tokenizer(
             " (model_type='bpe' reaches whole words on small vocabularies)"
             if model_type == "unigram" else "",
         )  # fmt: skip
-    return tok
 
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")

@@ -409,36 +409,76 @@ def generate(
     samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
     with progress_bar(total=len(counts) * len(views), desc="toyworld", unit="view",
-                       enabled=progress) as bar:  # fmt: skip
+                      enabled=progress) as bar:  # fmt: skip
         for split, n in counts.items():
             scenes = [sample_scene(seed, split, i) for i in range(n)]
             for view in views:
                 bar.set_postfix(view=f"{split} {view}")
-                write = ALL_VIEWS[view]
-                view_out = ViewOutput(out / view, split, shard_size)
-                write(scenes, view_out, cfg)
-                written = {Path(p) for paths in view_out.shards.values() for p in paths}
-                drop_stale(out / view, split, written)
-
-                def rel(paths: list[str]) -> list[str]:
-                    return [Path(p).relative_to(out).as_posix() for p in paths]
-
-                shards[view][split] = [p for paths in view_out.shards.values() for p in rel(paths)]
-                samples[view][split] = sum(view_out.samples.values())
-                if set(view_out.shards) <= set(languages):
-                    by_language.setdefault(view, {})[split] = {
-                        lang: {
-                            "shards": rel(view_out.shards[lang]),
-                            "samples": view_out.samples[lang],
-                        }
-                        for lang in view_out.shards
-                    }
+                entry = _write_view(out, view, split, scenes, cfg, shard_size)
+                shards[view][split], samples[view][split], per_language = entry
+                if per_language is not None:
+                    by_language.setdefault(view, {})[split] = per_language
                 bar.update(1)
             if split == "train":
-                for lang in languages:
-                    lines = "".join(describe(s, lang) + "\n" for s in scenes)
-                    _write_atomic(out / "text" / f"{lang}.txt", lines)
-    manifest = {
+                _write_text(out, scenes, languages)
+    manifest = _manifest(
+        seed, languages, image_size, shard_size, counts,
+        samples=samples, shards=shards, by_language=by_language,
+    )  # fmt: skip
+    _add_earlier_views(out, manifest, views)
+    _add_sections(manifest, seed, voice if "speech" in views else None)
+    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def _write_view(
+    out: Path, view: str, split: str, scenes: list[Scene], cfg: ViewSettings, shard_size: int
+) -> tuple[list[str], int, dict[str, dict[str, Any]] | None]:
+    """Write one view of one split, and drop the shards of it that an earlier run left.
+
+    Returns the view's manifest entries for the split: its shards (relative to ``out``), its
+    sample count, and the same per language when the view writes one shard set a language
+    (None otherwise).
+    """
+    view_out = ViewOutput(out / view, split, shard_size)
+    ALL_VIEWS[view](scenes, view_out, cfg)
+    written = {Path(p) for paths in view_out.shards.values() for p in paths}
+    drop_stale(out / view, split, written)
+
+    def rel(paths: list[str]) -> list[str]:
+        return [Path(p).relative_to(out).as_posix() for p in paths]
+
+    shards = [p for paths in view_out.shards.values() for p in rel(paths)]
+    samples = sum(view_out.samples.values())
+    if not set(view_out.shards) <= set(cfg.languages):
+        return shards, samples, None
+    per_language = {
+        lang: {"shards": rel(view_out.shards[lang]), "samples": view_out.samples[lang]}
+        for lang in view_out.shards
+    }
+    return shards, samples, per_language
+
+
+def _write_text(out: Path, scenes: list[Scene], languages: Sequence[str]) -> None:
+    """``text/{lang}.txt``: the train scenes' captions, one a line (tokenizer training)."""
+    for lang in languages:
+        lines = "".join(describe(s, lang) + "\n" for s in scenes)
+        _write_atomic(out / "text" / f"{lang}.txt", lines)
+
+
+def _manifest(
+    seed: int,
+    languages: Sequence[str],
+    image_size: int,
+    shard_size: int,
+    counts: dict[str, int],
+    *,
+    samples: dict[str, dict[str, int]],
+    shards: dict[str, dict[str, list[str]]],
+    by_language: dict[str, dict[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    """The manifest of this run's views: settings, what was written, file names, labels."""
+    return {
         "generator": "toyworld",
         "version": GENERATOR_VERSION,
         "seed": seed,
@@ -475,10 +515,20 @@ def generate(
             "answer_types": list(ANSWER_TYPES),
         },
     }
+
+
+def _add_earlier_views(out: Path, manifest: dict[str, Any], views: Sequence[str]) -> None:
+    """Keep in ``manifest`` the views an earlier run wrote beside these (same settings),
+    every per-view field in :data:`ALL_VIEWS` order."""
     earlier = _earlier_views(out / "manifest.json", manifest, views)
     for field in ("shards", "samples", "by_language"):
         merged = {**earlier.get(field, {}), **manifest[field]}
         manifest[field] = {v: merged[v] for v in ALL_VIEWS if v in merged}
+
+
+def _add_sections(manifest: dict[str, Any], seed: int, voice: str | None) -> None:
+    """The ``video``, ``knowledge`` and ``audio`` sections, for a data set holding views of
+    that kind (this run's or an earlier one's). ``voice``: None unless this run spoke."""
     if set(manifest["shards"]) & set(VIDEO_VIEWS):
         manifest["video"] = {
             "frames": CLIP_FRAMES,
@@ -491,6 +541,4 @@ def generate(
     if set(manifest["shards"]) & set(KNOWLEDGE_VIEWS):
         manifest["knowledge"] = knowledge_manifest(seed)
     if set(manifest["shards"]) & set(AUDIO_VIEWS):
-        manifest["audio"] = audio_manifest(voice if "speech" in views else None)
-    _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-    return manifest
+        manifest["audio"] = audio_manifest(voice)
