@@ -33,6 +33,7 @@ from mmptm.config import from_dict, save_config, to_dict
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import (
     compile_names,
+    drop_heads,
     fit_state,
     load_hf_state_dict,
     map_name,
@@ -233,12 +234,7 @@ def wav2vec2_state_dict_to_mmptm(
     mismatches.
     """
     _check_config(hf_config)
-    drop = (*HEADS, *drop_prefixes)
-    hf = _strip_prefix(hf_state_dict)
-    heads = sorted(k for k in hf if k.startswith(drop))
-    if heads:
-        log.info("leaving behind %d head tensors: %s", len(heads), heads)
-    hf = {k: v for k, v in hf.items() if not k.startswith(drop)}
+    hf = drop_heads(_strip_prefix(hf_state_dict), (*HEADS, *drop_prefixes))
     cfg = wav2vec2_model_config(
         hf_config,
         mask_embedding="masked_spec_embed" in hf,

@@ -3,8 +3,12 @@
 XLM-R is a post-LN BERT over fairseq token ids, so it maps onto one ``text`` encoder
 (``position_offset = pad + 1``, zero modality-type embedding), ``single_stream`` fusion with
 ``prenorm=False`` and, when the checkpoint has an LM head, the ``mlm`` objective, whose output
-layer is tied to the word embeddings as in XLM-R. ``import_xlmr`` writes an mmptm run
-directory that ``mmptm.models.load.load_pretrained`` reads back.
+layer is tied to the word embeddings as in XLM-R. Task heads (:data:`HEADS`: a sequence- or
+token-classification, multiple-choice or question-answering checkpoint's) are left behind,
+and said so in the log. ``import_xlmr`` writes an mmptm run directory that
+``mmptm.models.load.load_pretrained`` reads back; its ``data.modalities.text`` holds
+XLM-R's pair layout (``<s> a </s></s> b </s>``, one segment, positions running on), which
+every run started from it with ``init=`` takes over.
 
 Only right-padded inputs match HF at every real position: HF numbers positions by counting
 non-pad tokens, mmptm by index. Padding positions themselves differ and carry no meaning.
@@ -30,7 +34,10 @@ from mmptm.recipe import DataConfig, ModelConfig, RunConfig
 from mmptm.tokenizers.sentencepiece import Tokenizer
 
 __all__ = [
+    "HEADS",
     "HF_TO_MMPTM",
+    "PAIR_LAYOUT",
+    "drop_heads",
     "fit_state",
     "import_xlmr",
     "load_hf_state_dict",
@@ -42,6 +49,9 @@ log = logging.getLogger(__name__)
 MODEL_TYPES = ("xlm-roberta", "roberta")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 SPM_FILE = "sentencepiece.bpe.model"
+#: task heads of HF's XLM-R / RoBERTa classes (...ForSequenceClassification,
+#: ...ForTokenClassification, ...ForMultipleChoice, ...ForQuestionAnswering): left behind
+HEADS = ("classifier.", "qa_outputs.")
 
 #: HF name (after the ``roberta.`` prefix is stripped) -> mmptm name; ``{i}`` is a layer index
 HF_TO_MMPTM: dict[str, str] = {
@@ -80,6 +90,9 @@ _TIED = {
     "lm_head.decoder.weight": "embeddings.word_embeddings.weight",
     "lm_head.decoder.bias": "lm_head.bias",
 }
+#: how XLM-R and RoBERTa join a sentence pair (``data.modalities.text``): ``<s> a </s></s> b
+#: </s>``, every segment id 0 (HF's tokenizer writes no other), positions running on
+PAIR_LAYOUT = {"segments": 1, "separators": 2, "restart_positions": False}
 # Buffers some HF versions save; mmptm derives them from the input.
 _UNUSED = ("embeddings.position_ids", "embeddings.token_type_ids")
 _PREFIX = "roberta."
@@ -120,6 +133,16 @@ _PATTERNS = compile_names(HF_TO_MMPTM)
 
 def _mmptm_name(hf_name: str) -> str | None:
     return map_name(_PATTERNS, hf_name)
+
+
+def drop_heads(state: Mapping[str, torch.Tensor], heads: Iterable[str]) -> dict[str, torch.Tensor]:
+    """``state`` without the tensors under the prefixes ``heads`` (an HF checkpoint's task
+    heads, which no mmptm part takes), logging the names it leaves behind."""
+    heads = tuple(heads)
+    dropped = sorted(k for k in state if k.startswith(heads))
+    if dropped:
+        log.info("leaving behind %d head tensors: %s", len(dropped), dropped)
+    return {k: v for k, v in state.items() if not k.startswith(heads)}
 
 
 def _strip_prefix(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -209,13 +232,12 @@ def xlmr_state_dict_to_mmptm(
 ) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """Map an HF XLM-R state dict (either prefix layout) onto mmptm; returns (config, state).
 
-    Raises ``ValueError`` naming every checkpoint tensor with no mmptm counterpart (except
-    ``position_ids``-style buffers and tensors under ``drop_prefixes``, e.g. ``classifier.``
-    of a sequence-classification checkpoint), a tied tensor that is not actually equal to
-    what mmptm ties it to, and every mmptm parameter the checkpoint leaves uninitialised.
+    Task heads (:data:`HEADS`) and tensors under ``drop_prefixes`` are left behind. Raises
+    ``ValueError`` naming every other checkpoint tensor with no mmptm counterpart (except
+    ``position_ids``-style buffers), a tied tensor that is not actually equal to what mmptm
+    ties it to, and every mmptm parameter the checkpoint leaves uninitialised.
     """
-    drop = tuple(drop_prefixes)
-    hf = _strip_prefix(hf_state_dict)
+    hf = drop_heads(_strip_prefix(hf_state_dict), (*HEADS, *drop_prefixes))
     pooler = any(k.startswith("pooler.") for k in hf)
     mlm = any(k.startswith("lm_head.") for k in hf)
     cfg = xlmr_model_config(hf_config, pooler=pooler, mlm=mlm)
@@ -223,7 +245,7 @@ def xlmr_state_dict_to_mmptm(
     out: dict[str, torch.Tensor] = {}
     unmapped: list[str] = []
     for name, tensor in hf.items():
-        if name.startswith(drop) or name in _UNUSED:
+        if name in _UNUSED:
             continue
         if name in _TIED:
             continue  # checked below, once everything is mapped
@@ -299,7 +321,8 @@ def import_xlmr(
     Reads ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin``) and
     ``sentencepiece.bpe.model``. Writes ``out_dir/checkpoints/step_00000000.pt``,
     ``out_dir/tokenizer.model`` + ``tokenizer.json`` (fairseq id scheme) and
-    ``out_dir/config.yaml``; ``data.tokenizer`` points at the copied tokenizer.
+    ``out_dir/config.yaml``; ``data.tokenizer`` points at the copied tokenizer and
+    ``data.modalities.text`` holds XLM-R's pair layout (:data:`PAIR_LAYOUT`).
     """
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config_path, spm_path = hf_dir / "config.json", hf_dir / SPM_FILE
@@ -328,7 +351,7 @@ def import_xlmr(
     tok_path = tokenizer.save(out_dir / "tokenizer.model").resolve()
     text_cfg = cfg.encoders["text"]
     max_len = text_cfg.max_positions - text_cfg.position_offset
-    text_data = TextData.Config(max_len=max_len)
+    text_data = TextData.Config(max_len=max_len, **PAIR_LAYOUT)
     data = DataConfig(tokenizer=str(tok_path), modalities={"text": text_data})
     run = RunConfig(output_dir=str(out_dir.resolve()), data=data, model=cfg)
     model = PretrainModel(cfg, vocab)

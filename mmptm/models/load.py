@@ -19,7 +19,7 @@ from mmptm.models import checkpoint
 from mmptm.models.checkpoint import Checkpoint
 from mmptm.models.pretrain import PretrainModel
 from mmptm.recipe import RunConfig
-from mmptm.registry import ENCODERS
+from mmptm.registry import ENCODERS, MODALITIES
 from mmptm.tokenizers.sentencepiece import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
@@ -67,7 +67,8 @@ def init_from(cfg: RunConfig) -> Checkpoint | None:
     """Give ``cfg`` the architecture (and tokenizer, if unset) of the run ``cfg.init`` names.
 
     The heads, and the task mix and routes over them, stay the recipe's own. With
-    ``init_mode: encoders`` the whole model stays the recipe's own. Returns the checkpoint,
+    ``init_mode: encoders`` the whole model stays the recipe's own. In every mode the data
+    keep the layout the run was pre-trained with (:func:`take_layout`). Returns the checkpoint,
     whose weights :func:`load_init` loads, or None without ``init``.
     """
     if not cfg.init:
@@ -76,6 +77,7 @@ def init_from(cfg: RunConfig) -> Checkpoint | None:
     src = ckpt.run_config()
     if not cfg.data.tokenizer:
         cfg.data.tokenizer = src.data.tokenizer
+    take_layout(cfg, src)
     if cfg.init_mode == "encoders":
         return ckpt
     cfg.model = replace(
@@ -85,6 +87,33 @@ def init_from(cfg: RunConfig) -> Checkpoint | None:
         routes=cfg.model.routes,
     )
     return ckpt
+
+
+def take_layout(cfg: RunConfig, src: RunConfig) -> None:
+    """Give ``cfg`` the input layout the run ``src`` was pre-trained with: the settings each
+    modality plug-in names as its ``layout`` (text: ``segments``, ``separators``,
+    ``restart_positions``, e.g. XLM-R's ``<s> a </s></s> b </s>``), so that a task recipe
+    fine-tunes every model in its own layout.
+
+    The settings ``src`` moved off the plug-in's defaults win over the recipe's (logged);
+    the others are the recipe's choice (a run that never joined pairs fixes no layout).
+    """
+    for name, theirs in src.data.modalities.items():
+        cls = MODALITIES.get(theirs.type)
+        keys = getattr(cls, "layout", ())  # a plug-in class attribute; most have none
+        default = cls.Config() if keys else None
+        moved = [k for k in keys if getattr(theirs, k) != getattr(default, k)]
+        if not moved:
+            continue
+        ours = cfg.data.modalities.setdefault(name, cls.Config())
+        for key in moved:
+            want = getattr(theirs, key)
+            if getattr(ours, key) != want:
+                setattr(ours, key, want)
+                where = f"data.modalities.{name}.{key}"
+                log.info(
+                    "init=%s: %s=%r, the layout it was pre-trained with", cfg.init, where, want
+                )
 
 
 def encoder_prefixes(model: nn.Module, sd: dict[str, torch.Tensor], source: str) -> tuple:

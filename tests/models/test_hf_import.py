@@ -253,10 +253,10 @@ def test_unmapped_missing_and_untied_tensors_are_named(spm_path: Path):
     with pytest.raises(ValueError, match=r"encoder\.layer\.0\.attention\.self\.rotary\.weight"):
         xlmr_state_dict_to_mmptm(extra, cfg)
 
-    head = {**state, "classifier.out_proj.weight": torch.zeros(2, 32)}
-    with pytest.raises(ValueError, match=r"classifier\.out_proj\.weight.*drop_prefixes"):
+    head = {**state, "adapter_head.weight": torch.zeros(2, 32)}  # classifier.: left by itself
+    with pytest.raises(ValueError, match=r"adapter_head\.weight.*drop_prefixes"):
         xlmr_state_dict_to_mmptm(head, cfg)
-    xlmr_state_dict_to_mmptm(head, cfg, drop_prefixes=["classifier."])
+    xlmr_state_dict_to_mmptm(head, cfg, drop_prefixes=["adapter_head."])
 
     lacking = {k: v for k, v in state.items() if k != "roberta.embeddings.LayerNorm.bias"}
     with pytest.raises(ValueError, match=r"encoders\.text\.norm\.bias"):
