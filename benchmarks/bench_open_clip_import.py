@@ -66,7 +66,7 @@ def bench(name: str, args: argparse.Namespace, device: torch.device, sync) -> tu
         model, tokenizer, cfg = load_pretrained(str(Path(tmp) / "run"))
     oc, model = oc.to(device), model.to(device)
     head = model.objectives["contrastive"]
-    S = cfg.model.encoders["image"].image_size
+    S = cfg.model.encoders["image"].backbone.image_size
     images = torch.randn(args.batch, 3, S, S, generator=g).to(device)
     texts = (CAPTIONS * args.batch)[: args.batch]
     ours_text = text_batch(tokenizer, texts, device)

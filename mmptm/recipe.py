@@ -268,37 +268,84 @@ MOVED = {
     "caption_languages": ("text", "caption_languages"),
     "restart_positions": ("text", "restart_positions"),
 }
-#: earlier image keys: now facts the image encoders declare (their image_size, mean, std)
+#: earlier image keys: now facts the image encoders declare (their backbone's image_size,
+#: mean, std)
 IMAGE_KEYS = {"image_size": "image_size", "image_mean": "mean", "image_std": "std"}
 _IMAGE_ENCODERS = ("timm_image", "roi_regions")
+#: encoder keys of earlier versions → their key in the encoder's ``backbone`` block
+BACKBONE_KEYS = {
+    "model_name": "model_name",
+    "model_kwargs": "model_kwargs",
+    "weights": "weights",
+    "image_size": "image_size",
+    "mean": "mean",
+    "std": "std",
+    "freeze_backbone": "freeze",
+}
+_BACKBONE_ENCODERS = ("timm_image", "roi_regions", "video_frames", "video_backbone")
 
 
 def upgrade(tree: Mapping[str, Any]) -> dict[str, Any]:
     """A config tree (a recipe, or one saved in an older checkpoint) in today's keys.
 
     ``data.max_text_len`` / ``caption_languages`` / ``restart_positions`` move to
-    ``data.modalities.text``; ``data.image_size`` / ``image_mean`` / ``image_std`` become
-    the image encoders' ``image_size`` / ``mean`` / ``std`` where those are unset.
+    ``data.modalities.text``; an image encoder's ``model_name``, ``model_kwargs``,
+    ``weights``, ``image_size``, ``mean``, ``std`` and ``freeze_backbone`` move into its
+    ``backbone`` block (the last as ``freeze``); ``data.image_size`` / ``image_mean`` /
+    ``image_std`` become the image encoders' ``backbone.image_size`` / ``mean`` / ``std``
+    where those are unset.
     """
     tree = copy.deepcopy(dict(tree))
     data = tree.get("data")
-    if not isinstance(data, dict):
+    image = _upgrade_data(data) if isinstance(data, dict) else {}
+    model = tree.get("model")
+    encoders = model.get("encoders") if isinstance(model, dict) else None
+    if not isinstance(encoders, dict):
         return tree
+    for name, enc in encoders.items():
+        if not isinstance(enc, dict) or enc.get("type") not in _BACKBONE_ENCODERS:
+            continue
+        backbone = _nest_backbone(enc, f"model.encoders.{name}")
+        if backbone is not None and image and enc["type"] in _IMAGE_ENCODERS:
+            for key, value in image.items():
+                backbone.setdefault(key, value)
+            enc["backbone"] = backbone
+    return tree
+
+
+def _upgrade_data(data: dict[str, Any]) -> dict[str, Any]:
+    """Move earlier text keys of ``data`` in place; pop and return its earlier image keys
+    (by their name in a backbone block)."""
     old = [k for k in (*MOVED, *IMAGE_KEYS) if k in data]
     if not old:
-        return tree
+        return {}
     log.warning("config: data.%s moved (see README, Configs); read as before", ", data.".join(old))
     for key, (modality, name) in MOVED.items():
         if key in data:
             modalities = data.setdefault("modalities", {})
             modalities.setdefault(modality, {}).setdefault(name, data.pop(key))
-    image = {new: data.pop(key) for key, new in IMAGE_KEYS.items() if key in data}
-    encoders = (tree.get("model") or {}).get("encoders") or {}
-    for enc in encoders.values():
-        if isinstance(enc, dict) and enc.get("type") in _IMAGE_ENCODERS:
-            for name, value in image.items():
-                enc.setdefault(name, value)
-    return tree
+    return {new: data.pop(key) for key, new in IMAGE_KEYS.items() if key in data}
+
+
+def _nest_backbone(enc: dict[str, Any], where: str) -> dict[str, Any] | None:
+    """Move an encoder's earlier flat backbone keys into its ``backbone`` block (a flat key,
+    written later, e.g. as an override, wins); the block, or None when it is no mapping."""
+    backbone = enc.get("backbone")
+    if backbone is None:
+        backbone = {}
+    if not isinstance(backbone, dict):
+        return None  # from_dict names the key and what it expected
+    old = [k for k in BACKBONE_KEYS if k in enc]
+    if old:
+        log.warning(
+            "config: %s.%s moved into %s.backbone (see README, Configs); read as before",
+            where, f", {where}.".join(old), where,
+        )  # fmt: skip
+        for key in old:
+            backbone[BACKBONE_KEYS[key]] = enc.pop(key)
+    if backbone or "backbone" in enc:
+        enc["backbone"] = backbone
+    return backbone
 
 
 def import_plugins(tree: Mapping[str, Any]) -> None:

@@ -72,13 +72,13 @@ def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[st
     else:
         over += ["model.fusion.transformer.heads=2", "model.fusion.transformer.layers=2"]
     if (model.get("encoders") or {}).get("video"):
-        over.append("model.encoders.video.image_size=32")
+        over.append("model.encoders.video.backbone.image_size=32")
     image = model.get("encoders", {}).get("image")
     if image:
-        over += ["model.encoders.image.image_size=32"]
-        if image.get("model_name", "").startswith("vit"):
+        over += ["model.encoders.image.backbone.image_size=32"]
+        if image.get("backbone", {}).get("model_name", "").startswith("vit"):
             over.append(
-                "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, "
+                "model.encoders.image.backbone.model_kwargs={img_size: 32, patch_size: 8, "
                 "embed_dim: 32, depth: 0, num_heads: 2}"
             )
     return over
@@ -155,10 +155,12 @@ def text_image_model_config(**extra):
             "text": {"type": "text", "max_positions": 32},
             "image": {
                 "type": "timm_image",
-                "model_name": "vit_tiny_patch16_224",
-                "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 0,
-                                 "num_heads": 2},
-                "image_size": 16,
+                "backbone": {
+                    "model_name": "vit_tiny_patch16_224",
+                    "model_kwargs": {"img_size": 16, "patch_size": 8, "embed_dim": 16,
+                                     "depth": 0, "num_heads": 2},
+                    "image_size": 16,
+                },
             },
         },
         "fusion": {"type": "single_stream", "transformer": {"layers": 1, "heads": 2}},

@@ -38,7 +38,7 @@ plug-in) and ``audio_mask [B,T]``:
   down, frequency across): ``tokens: pool`` (one pooled vector) or ``patch`` (its feature
   map or patch tokens). The backbone sees padding frames as part of the image.
 
-Frame and patch modes then run :class:`~mmptm.encoders.video.TemporalStage` per time step:
+Frame and patch modes then run :class:`~mmptm.encoders.temporal.TemporalStage` per time step:
 [MASK] at ``audio_masked`` (a masked step masks every frequency patch of it) and the
 zero-initialised time positions; optional own Transformer ``layers`` follow over all tokens.
 
@@ -59,7 +59,7 @@ from torch import nn
 
 from mmptm.encoders.backbone import create_backbone
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
-from mmptm.encoders.video import TemporalStage, frame_mask
+from mmptm.encoders.temporal import TemporalStage, frame_mask, no_empty_rows
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
@@ -174,12 +174,6 @@ class PositionConv(nn.Module):
         if self.trim:
             y_BDT = y_BDT[:, :, : -self.trim]
         return F.gelu(y_BDT).transpose(1, 2)
-
-
-def _no_empty_rows(real_BT: torch.Tensor) -> torch.Tensor:
-    """A row without any real step would leave attention nothing to attend to (NaN)."""
-    first_T = torch.arange(real_BT.shape[1], device=real_BT.device) == 0
-    return real_BT | (~real_BT.any(dim=1, keepdim=True) & first_T)
 
 
 @ENCODERS.register("audio_waveform")
@@ -356,7 +350,7 @@ class AudioWaveformEncoder(Encoder):
         if self.pos_norm is not None:
             x_BTD = self.pos_norm(x_BTD)
         x_BTD = self.drop(x_BTD)
-        keys_BT = _no_empty_rows(real_BT) if padded else None  # None: SDPA's fastest kernels
+        keys_BT = no_empty_rows(real_BT) if padded else None  # None: SDPA's fastest kernels
         for block in self.stack.blocks[:upto]:
             if (
                 self.training
@@ -533,7 +527,7 @@ class AudioSpectrogramEncoder(Encoder):
         x_BND = self.drop(x_BTPD.reshape(B, T2 * P, self.width))  # time-major
         mask_BN = steps_BT.repeat_interleave(P, dim=1)
         if self.stack is not None:
-            x_BND = self.stack(x_BND, _no_empty_rows(mask_BN))
+            x_BND = self.stack(x_BND, no_empty_rows(mask_BN))
         return ModalityTokens(self.add_type(x_BND), mask_BN, targets_BNF)
 
     def _backbone(self, spec_BTM: torch.Tensor) -> torch.Tensor:

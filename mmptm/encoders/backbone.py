@@ -1,11 +1,16 @@
-"""timm backbones for the image and region encoders: build, load local weights, freeze.
+"""timm backbones for the image, region and video encoders: configure, build, load local
+weights, freeze.
 
-Nothing is downloaded: weights come from a local file (``.safetensors`` or a torch pickle).
+:class:`BackboneConfig` is the ``backbone:`` block of every encoder that wraps an image
+backbone (``timm_image``, ``roi_regions``, ``video_frames``; ``video_backbone`` names a
+torchvision video network the same way). Nothing is downloaded: weights come from a local
+file (``.safetensors`` or a torch pickle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +18,26 @@ import timm
 import torch
 from timm.data import resolve_data_config
 from torch import nn
+
+
+@dataclass
+class BackboneConfig:
+    """The backbone an encoder wraps, and the images it takes: the ``size``, ``mean`` and
+    ``std`` the encoder declares to the image or video plug-in (``data_needs``)."""
+
+    #: a timm model name, e.g. test_resnet (timm's tiny test network), vit_base_patch16_224
+    model_name: str = "test_resnet"
+    #: passed to timm.create_model, e.g. {img_size: 64, patch_size: 8, depth: 0}
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: local weights file for the backbone (never downloaded)
+    weights: str | None = None
+    #: side of the square input images
+    image_size: int = 64
+    #: input normalisation; None = what the timm model's pretrained config says
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    #: no gradients into the backbone (a frozen feature extractor)
+    freeze: bool = False
 
 
 def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
@@ -93,14 +118,22 @@ def create_backbone(
     return backbone
 
 
-def input_facts(
-    backbone: nn.Module, image_size: int, mean: Sequence[float] | None, std: Sequence[float] | None
-) -> dict[str, Any]:
+def timm_backbone(cfg: BackboneConfig, **timm_kwargs: Any) -> nn.Module:
+    """The timm model ``cfg`` names, its weights loaded and frozen as ``cfg`` says
+    (:func:`create_backbone`; ``timm_kwargs`` come from the encoder)."""
+    return create_backbone(
+        cfg.model_name, cfg.model_kwargs, weights=cfg.weights, freeze=cfg.freeze, **timm_kwargs
+    )
+
+
+def input_facts(backbone: nn.Module, cfg: BackboneConfig) -> dict[str, Any]:
     """What the image plug-in must give this backbone: size, and the mean and std its weights
     expect (timm's ``resolve_data_config``, unless the recipe names them)."""
     resolved = resolve_data_config({}, model=backbone)
+    mean = cfg.mean if cfg.mean is not None else resolved["mean"]
+    std = cfg.std if cfg.std is not None else resolved["std"]
     return {
-        "size": image_size,
-        "mean": [float(v) for v in (mean if mean is not None else resolved["mean"])],
-        "std": [float(v) for v in (std if std is not None else resolved["std"])],
+        "size": cfg.image_size,
+        "mean": [float(v) for v in mean],
+        "std": [float(v) for v in std],
     }

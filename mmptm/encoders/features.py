@@ -8,7 +8,7 @@
   K rows. K is read from the codebook ``.npy`` [K,F] at build time; the encoder declares the
   codebook path (fact ``codebook``) so the plug-in maps features to the same ids.
 
-Both then run :class:`~mmptm.encoders.video.TemporalStage`: a learned [MASK] embedding at
+Both then run :class:`~mmptm.encoders.temporal.TemporalStage`: a learned [MASK] embedding at
 the positions an objective marks in ``<prefix>features_masked`` / ``<prefix>unit_masked``,
 zero-initialised temporal positions and optional Transformer layers over time.
 
@@ -24,7 +24,7 @@ import numpy as np
 from torch import nn
 
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
-from mmptm.encoders.video import TemporalStage, frame_mask
+from mmptm.encoders.temporal import TemporalStage, frame_mask
 from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
 

@@ -6,19 +6,18 @@ CNN feature maps [B,C,h,w] become h·w tokens; ViT-style outputs [B,N,C] are use
 ``forward_head(pre_logits=True)``: e.g. a CLIP ResNet's attention pool). The tokens are then
 projected to D and normalised (``Linear`` + ``LayerNorm``), unless ``projection`` /
 ``norm`` are off: an imported CLIP ViT's tokens already are what its towers compare.
-Nothing is downloaded: ``weights`` names a local checkpoint file (timm/open_clip style
-state dict, ``.safetensors`` or a torch pickle).
+Nothing is downloaded: ``backbone.weights`` names a local checkpoint file (timm/open_clip
+style state dict, ``.safetensors`` or a torch pickle).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 
-from mmptm.encoders.backbone import create_backbone, input_facts
+from mmptm.encoders.backbone import BackboneConfig, input_facts, timm_backbone
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
 from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
@@ -29,7 +28,7 @@ OUTPUTS = ("tokens", "pooled")
 
 @ENCODERS.register("timm_image")
 class TimmImageEncoder(Encoder):
-    """Wraps ``timm.create_model(model_name, **model_kwargs)``; reads ``pixels [B,3,H,W]``."""
+    """Wraps the timm model its ``backbone`` names; reads ``pixels [B,3,H,W]``."""
 
     modality = "image"
     main_key = "pixels"
@@ -37,18 +36,10 @@ class TimmImageEncoder(Encoder):
     @dataclass
     class Config:
         type: str = "timm_image"
-        model_name: str = "test_resnet"
-        #: passed to timm.create_model, e.g. {img_size: 64, patch_size: 8, depth: 0}
-        model_kwargs: dict[str, Any] = field(default_factory=dict)
-        #: local weights file for the backbone (never downloaded)
-        weights: str | None = None
-        image_size: int = 64
-        #: input normalisation; None = what the timm model's pretrained config says
-        mean: list[float] | None = None
-        std: list[float] | None = None
+        #: the timm model, its weights, and the image size, mean and std it takes
+        backbone: BackboneConfig = field(default_factory=BackboneConfig)
         #: learned position embedding on the token grid (CNN grids have none of their own)
         position_embedding: bool = True
-        freeze_backbone: bool = False
         #: tokens (the feature grid / ViT tokens) | pooled (the backbone's pooled features,
         #: one token)
         output: str = "tokens"
@@ -57,7 +48,7 @@ class TimmImageEncoder(Encoder):
         projection: bool = True
         #: LayerNorm after the projection
         norm: bool = True
-        #: how the image plug-in fits images to ``image_size`` (squash | shortest, see
+        #: how the image plug-in fits images to ``backbone.image_size`` (squash | shortest, see
         #: ``data.modalities.image.resize_mode``); None = the plug-in's own setting
         resize_mode: str | None = None
 
@@ -66,17 +57,12 @@ class TimmImageEncoder(Encoder):
         if cfg.output not in OUTPUTS:
             raise ValueError(f"timm_image output {cfg.output!r}: choices are {OUTPUTS}")
         self.cfg = cfg
-        self.backbone = create_backbone(
-            cfg.model_name,
-            cfg.model_kwargs,
-            weights=cfg.weights,
-            freeze=cfg.freeze_backbone,
-            num_classes=0,
-        )
+        self.backbone = timm_backbone(cfg.backbone, num_classes=0)
+        size = cfg.backbone.image_size
         with torch.no_grad():  # probe the token grid once
             was_training = self.backbone.training
             self.backbone.eval()
-            probe = self._features(torch.zeros(1, 3, cfg.image_size, cfg.image_size))
+            probe = self._features(torch.zeros(1, 3, size, size))
             self.backbone.train(was_training)
         n_tokens, channels = probe.shape[1], probe.shape[2]
         self.n_tokens = n_tokens
@@ -93,7 +79,7 @@ class TimmImageEncoder(Encoder):
             nn.init.normal_(self.pos, std=0.02)
 
     def data_needs(self) -> dict[str, Need]:
-        facts = input_facts(self.backbone, self.cfg.image_size, self.cfg.mean, self.cfg.std)
+        facts = input_facts(self.backbone, self.cfg.backbone)
         if self.cfg.resize_mode is not None:
             facts["resize_mode"] = self.cfg.resize_mode
         return {self.view: Need(self.modality, facts)}
@@ -106,14 +92,17 @@ class TimmImageEncoder(Encoder):
             return f.flatten(2).transpose(1, 2)
         if f.ndim == 3:  # ViT-style [B,N,C]
             return f
-        raise ValueError(f"{self.cfg.model_name}: unsupported feature shape {tuple(f.shape)}")
+        raise ValueError(
+            f"{self.cfg.backbone.model_name}: unsupported feature shape {tuple(f.shape)}"
+        )
 
     def forward(self, batch: dict) -> ModalityTokens:
         pixels = batch[self.input_key]
-        if pixels.shape[-1] != self.cfg.image_size or pixels.shape[-2] != self.cfg.image_size:
+        size = self.cfg.backbone.image_size
+        if pixels.shape[-2:] != (size, size):
             raise ValueError(
                 f"{self.input_key} are {tuple(pixels.shape[-2:])}, encoder {self.view!r} "
-                f"expects image_size={self.cfg.image_size}"
+                f"expects backbone.image_size={size}"
             )
         f_BNC = self._features(pixels)
         x_BND = self.norm(self.proj(f_BNC))

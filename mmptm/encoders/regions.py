@@ -20,13 +20,12 @@ h×w feature map, o RoI output size, D fusion width.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 from torchvision.ops import roi_align
 
-from mmptm.encoders.backbone import create_backbone, input_facts
+from mmptm.encoders.backbone import BackboneConfig, input_facts, timm_backbone
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
 from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
@@ -146,21 +145,14 @@ class RoIRegionEncoder(Encoder):
     @dataclass
     class Config:
         type: str = "roi_regions"
-        model_name: str = "test_resnet"
-        #: passed to timm.create_model (with features_only=True)
-        model_kwargs: dict[str, Any] = field(default_factory=dict)
-        #: local weights file for the backbone (never downloaded)
-        weights: str | None = None
-        image_size: int = 64
-        #: input normalisation; None = what the timm model's pretrained config says
-        mean: list[float] | None = None
-        std: list[float] | None = None
+        #: the timm CNN (built with features_only=True), its weights, and the image size,
+        #: mean and std it takes
+        backbone: BackboneConfig = field(default_factory=BackboneConfig)
         #: which backbone stages to pool (timm ``out_indices``); default the last
         out_indices: list[int] = field(default_factory=lambda: [-1])
         #: roi_align output grid (o×o bins), averaged into one vector per region
         output_size: int = 7
         sampling_ratio: int = 2
-        freeze_backbone: bool = False
         dropout: float = 0.1
         layer_norm_eps: float = 1e-12
 
@@ -171,13 +163,8 @@ class RoIRegionEncoder(Encoder):
             raise ValueError("roi_regions.out_indices must name at least one backbone stage")
         if cfg.output_size < 1:
             raise ValueError(f"roi_regions.output_size must be >= 1, got {cfg.output_size}")
-        self.backbone = create_backbone(
-            cfg.model_name,
-            cfg.model_kwargs,
-            weights=cfg.weights,
-            freeze=cfg.freeze_backbone,
-            features_only=True,
-            out_indices=tuple(cfg.out_indices),
+        self.backbone = timm_backbone(
+            cfg.backbone, features_only=True, out_indices=tuple(cfg.out_indices)
         )
         channels = sum(self.backbone.feature_info.channels())
         self.embed = RegionEmbedding(
@@ -192,7 +179,7 @@ class RoIRegionEncoder(Encoder):
         return self.input_key in batch and "pixels" in batch
 
     def data_needs(self) -> dict[str, Need]:
-        facts = input_facts(self.backbone, self.cfg.image_size, self.cfg.mean, self.cfg.std)
+        facts = input_facts(self.backbone, self.cfg.backbone)
         return {self.view: Need(self.modality), self.image_view: Need("image", facts)}
 
     def pool_regions(
@@ -220,12 +207,11 @@ class RoIRegionEncoder(Encoder):
     def forward(self, batch: dict) -> ModalityTokens:
         p = self.prefix
         pixels_B3HW, boxes_BR4 = batch["pixels"], batch[f"{p}region_boxes"]
-        if pixels_B3HW.shape[-1] != self.cfg.image_size or pixels_B3HW.shape[-2] != (
-            self.cfg.image_size
-        ):
+        size = self.cfg.backbone.image_size
+        if pixels_B3HW.shape[-2:] != (size, size):
             raise ValueError(
                 f"pixels are {tuple(pixels_B3HW.shape[-2:])}, encoder {self.view!r} expects "
-                f"image_size={self.cfg.image_size}"
+                f"backbone.image_size={size}"
             )
         if boxes_BR4.ndim != 3 or boxes_BR4.shape[-1] != 4:
             raise ValueError(f"{p}region_boxes must be [B,R,4], got {tuple(boxes_BR4.shape)}")

@@ -3,8 +3,8 @@
 ``video_frames`` reads ``frames [B,T,3,H,W]`` and ``frames_mask [B,T]`` (True = real frame)
 from the video plug-in. Every real frame goes through the backbone as an image
 ([B·T,3,H,W]; padding frames are skipped, so they neither cost compute nor enter BatchNorm
-statistics), is projected to the fusion width, and then :class:`TemporalStage` adds what
-makes it a video model:
+statistics), is projected to the fusion width, and then
+:class:`~mmptm.encoders.temporal.TemporalStage` adds what makes it a video model:
 
 - a temporal position embedding initialised to **zero**, so an image model starts out as a
   frame-averaging video model (Frozen-in-Time's initialisation);
@@ -29,109 +29,23 @@ Legend: B batch, T frames, P patch tokens per frame, C backbone channels, D fusi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from mmptm.encoders.backbone import create_backbone, input_facts, load_backbone_weights
+from mmptm.encoders.backbone import (
+    BackboneConfig,
+    input_facts,
+    load_backbone_weights,
+    timm_backbone,
+)
 from mmptm.encoders.base import Encoder, ModalityTokens, init_weights
-from mmptm.layers import TransformerConfig, TransformerStack
+from mmptm.encoders.temporal import TemporalStage, frame_mask
 from mmptm.modalities.base import Need
 from mmptm.registry import ENCODERS
-
-
-def frame_mask(batch: dict, key: str, shape: torch.Size, device: torch.device) -> torch.Tensor:
-    """The bool [B,T] mask under ``key``; every frame real when the batch has none."""
-    mask_BT = batch.get(key)
-    if mask_BT is None:
-        return torch.ones(shape, dtype=torch.bool, device=device)
-    return mask_BT.bool()
-
-
-class TemporalStage(nn.Module):
-    """[MASK] replacement, zero-initialised temporal positions, optional Transformer over time.
-
-    Shared by the frames, features and units encoders. Input ``x_BTPD``: P tokens per time
-    step (P = 1 for one token per frame); the same temporal position is added to all P.
-    """
-
-    def __init__(
-        self,
-        width: int,
-        *,
-        max_frames: int,
-        layers: int,
-        heads: int,
-        dropout: float,
-        mask_embedding: bool = True,
-        masked_key: str = "",
-        pos_scale: float = 1.0,
-    ) -> None:
-        super().__init__()
-        if max_frames < 1:
-            raise ValueError(f"max_frames must be >= 1, got {max_frames}")
-        if layers < 0:
-            raise ValueError(f"temporal_layers must be >= 0, got {layers}")
-        self.max_frames = max_frames
-        self.masked_key = masked_key
-        self.mask_embedding: nn.Parameter | None = None
-        if mask_embedding:
-            self.mask_embedding = nn.Parameter(torch.empty(width).normal_(std=0.02))
-        # Zero: with no temporal layers the encoder is a bag of frames at initialisation.
-        # The tokens it is added to are layer-normed (about 1 per channel) while an optimiser
-        # moves a zero-initialised table by about lr per step, so order would take hundreds
-        # of steps to register; ``pos_scale`` multiplies the table (its effective step).
-        self.pos = nn.Parameter(torch.zeros(max_frames, width))
-        self.pos_scale = pos_scale
-        cfg = TransformerConfig(layers=layers, heads=heads, dropout=dropout, attn_dropout=dropout)
-        self.stack = TransformerStack(width, cfg) if layers > 0 else None
-        if self.stack is not None:
-            init_weights(self.stack)
-
-    @classmethod
-    def of(cls, cfg: Any, width: int, masked_key: str) -> TemporalStage:
-        """The stage an encoder config describes (``max_frames``, ``temporal_layers``,
-        ``temporal_heads``, ``temporal_pos_scale``, ``dropout``, ``mask_embedding``)."""
-        return cls(
-            width,
-            max_frames=cfg.max_frames,
-            layers=cfg.temporal_layers,
-            heads=cfg.temporal_heads,
-            dropout=cfg.dropout,
-            mask_embedding=cfg.mask_embedding,
-            masked_key=masked_key,
-            pos_scale=cfg.temporal_pos_scale,
-        )
-
-    def forward(
-        self, x_BTPD: torch.Tensor, real_BT: torch.Tensor, masked_BT: torch.Tensor | None
-    ) -> torch.Tensor:
-        B, T, P, D = x_BTPD.shape
-        if T > self.max_frames:
-            raise ValueError(f"clips of {T} frames exceed max_frames={self.max_frames}")
-        if masked_BT is not None:
-            if self.mask_embedding is None:
-                raise ValueError(
-                    f"the batch masks positions ({self.masked_key}) but this encoder has no "
-                    "[MASK] embedding: set mask_embedding: true in its config"
-                )
-            if masked_BT.shape != (B, T):
-                raise ValueError(f"masked positions are {tuple(masked_BT.shape)}, tokens {(B, T)}")
-            replace_BT11 = (masked_BT.bool() & real_BT)[:, :, None, None]
-            x_BTPD = torch.where(replace_BT11, self.mask_embedding.to(x_BTPD.dtype), x_BTPD)
-        x_BTPD = x_BTPD + self.pos_scale * self.pos[:T, None, :]
-        if self.stack is None:
-            return x_BTPD
-        # A row without any real frame would leave attention nothing to attend to (NaN).
-        first_T = torch.arange(T, device=real_BT.device) == 0
-        keys_BT = real_BT | (~real_BT.any(dim=1, keepdim=True) & first_T)
-        x_NTD = x_BTPD.transpose(1, 2).reshape(B * P, T, D)  # one sequence per spatial position
-        keys_NT = keys_BT.repeat_interleave(P, dim=0)
-        x_NTD = self.stack(x_NTD, keys_NT)
-        return x_NTD.view(B, P, T, D).transpose(1, 2)
 
 
 @ENCODERS.register("video_frames")
@@ -144,16 +58,9 @@ class VideoFramesEncoder(Encoder):
     @dataclass
     class Config:
         type: str = "video_frames"
-        model_name: str = "test_resnet"
-        #: passed to timm.create_model, e.g. {img_size: 64, patch_size: 8, depth: 0}
-        model_kwargs: dict[str, Any] = field(default_factory=dict)
-        #: local weights file for the backbone (never downloaded)
-        weights: str | None = None
-        image_size: int = 64
-        #: input normalisation; None = what the timm model's pretrained config says
-        mean: list[float] | None = None
-        std: list[float] | None = None
-        freeze_backbone: bool = False
+        #: the timm image model run on every frame, its weights, and the frame size, mean
+        #: and std it takes
+        backbone: BackboneConfig = field(default_factory=BackboneConfig)
         #: frame: one vector per frame; patch: every patch token of every frame
         tokens: Literal["frame", "patch"] = "frame"
         #: how ``tokens: frame`` makes a frame's vector: ``pool`` (the backbone's own global
@@ -182,17 +89,12 @@ class VideoFramesEncoder(Encoder):
     def __init__(self, cfg: Config, *, width: int, name: str = "video", **_: object) -> None:
         super().__init__(width, name)
         self.cfg = cfg
-        self.backbone = create_backbone(
-            cfg.model_name,
-            cfg.model_kwargs,
-            weights=cfg.weights,
-            freeze=cfg.freeze_backbone,
-            num_classes=0,
-        )
+        self.backbone = timm_backbone(cfg.backbone, num_classes=0)
+        size = cfg.backbone.image_size
         with torch.no_grad():  # probe the token grid once
             was_training = self.backbone.training
             self.backbone.eval()
-            probe = self._features(torch.zeros(1, 3, cfg.image_size, cfg.image_size))
+            probe = self._features(torch.zeros(1, 3, size, size))
             self.backbone.train(was_training)
         self.n_patches, channels = probe.shape[1], probe.shape[2]
         self.proj = nn.Linear(channels, width)
@@ -205,7 +107,7 @@ class VideoFramesEncoder(Encoder):
         init_weights(self.proj)
 
     def data_needs(self) -> dict[str, Need]:
-        facts = input_facts(self.backbone, self.cfg.image_size, self.cfg.mean, self.cfg.std)
+        facts = input_facts(self.backbone, self.cfg.backbone)
         return {self.view: Need(self.modality, facts)}
 
     def _features(self, pixels_NCHW: torch.Tensor) -> torch.Tensor:
@@ -219,7 +121,9 @@ class VideoFramesEncoder(Encoder):
             return f.flatten(2).transpose(1, 2)
         if f.ndim == 3:  # ViT-style [N,P,C]
             return f
-        raise ValueError(f"{self.cfg.model_name}: unsupported feature shape {tuple(f.shape)}")
+        raise ValueError(
+            f"{self.cfg.backbone.model_name}: unsupported feature shape {tuple(f.shape)}"
+        )
 
     def _project(self, f_MPC: torch.Tensor) -> torch.Tensor:
         """Backbone features of real frames → normalised tokens [M,P,D]."""
@@ -235,11 +139,11 @@ class VideoFramesEncoder(Encoder):
                 f"{self.input_key} must be [B,T,3,H,W], got {tuple(frames_BTCHW.shape)}"
             )
         B, T = frames_BTCHW.shape[:2]
-        size = self.cfg.image_size
+        size = self.cfg.backbone.image_size
         if frames_BTCHW.shape[-2:] != (size, size):
             raise ValueError(
                 f"{self.input_key} frames are {tuple(frames_BTCHW.shape[-2:])}, encoder "
-                f"{self.view!r} expects image_size={size}"
+                f"{self.view!r} expects backbone.image_size={size}"
             )
         real_BT = frame_mask(batch, f"{self.input_key}_mask", (B, T), frames_BTCHW.device)
         # Only real frames go through the backbone; padding rows stay zero.
@@ -276,6 +180,21 @@ KINETICS_MEAN = [0.43216, 0.394666, 0.37645]
 KINETICS_STD = [0.22803, 0.22145, 0.216989]
 
 
+@dataclass
+class VideoNetConfig(BackboneConfig):
+    """``video_backbone``'s network: a torchvision video model, not a timm one.
+
+    ``model_kwargs`` go to the torchvision builder; ``weights`` is a torchvision state dict
+    file; ``mean`` / ``std`` None = Kinetics-400's, as torchvision's weights expect.
+    """
+
+    #: r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t/s/b, mvit_v1_b, mvit_v2_s
+    model_name: str = "r3d_18"
+    #: frames are resized to this square (torchvision's weights: 112 for the ResNets,
+    #: 224 for S3D, Swin and MViT; MViT accepts only 16 frames of 224²)
+    image_size: int = 112
+
+
 @ENCODERS.register("video_backbone")
 class VideoBackboneEncoder(Encoder):
     """A torchvision video network over the clip + :class:`TemporalStage` over its time steps.
@@ -283,8 +202,8 @@ class VideoBackboneEncoder(Encoder):
     Reads ``frames [B,T,3,H,W]`` (given to the network as [B,3,T,H,W]). A 3D network cannot
     skip padding frames as ``video_frames`` does: they enter its convolutions (as the
     normalised mean colour, zeros), and an output step is masked when every frame under it
-    is padding. Weights come from a local file (``weights``: a torchvision state dict, e.g.
-    ``r3d_18-b3b3357e.pth``); the classifier is dropped.
+    is padding. Weights come from a local file (``backbone.weights``: a torchvision state
+    dict, e.g. ``r3d_18-b3b3357e.pth``); the classifier is dropped.
     """
 
     modality = "video"
@@ -293,20 +212,9 @@ class VideoBackboneEncoder(Encoder):
     @dataclass
     class Config:
         type: str = "video_backbone"
-        #: a torchvision video model: r3d_18, mc3_18, r2plus1d_18, s3d, swin3d_t/s/b,
-        #: mvit_v1_b, mvit_v2_s
-        model_name: str = "r3d_18"
-        #: passed to the torchvision builder
-        model_kwargs: dict[str, Any] = field(default_factory=dict)
-        #: local weights file for the network (never downloaded)
-        weights: str | None = None
-        #: frames are resized to this square (torchvision's weights: 112 for the ResNets,
-        #: 224 for S3D, Swin and MViT; MViT accepts only 16 frames of 224²)
-        image_size: int = 112
-        #: input normalisation; None = Kinetics-400's, as torchvision's weights expect
-        mean: list[float] | None = None
-        std: list[float] | None = None
-        freeze_backbone: bool = False
+        #: the torchvision video network, its weights, and the frame size, mean and std it
+        #: takes
+        backbone: VideoNetConfig = field(default_factory=VideoNetConfig)
         #: time: one token per output time step; clip: one token (MViT: always)
         tokens: Literal["time", "clip"] = "time"
         max_frames: int = 64
@@ -318,25 +226,26 @@ class VideoBackboneEncoder(Encoder):
     def __init__(self, cfg: Config, *, width: int, name: str = "video", **_: object) -> None:
         super().__init__(width, name)
         self.cfg = cfg
-        self.family = _TV_FAMILIES.get(cfg.model_name)
+        b = cfg.backbone
+        self.family = _TV_FAMILIES.get(b.model_name)
         if self.family is None:
             raise ValueError(
-                f"video_backbone: unknown model_name {cfg.model_name!r}; torchvision's video "
+                f"video_backbone: unknown model_name {b.model_name!r}; torchvision's video "
                 f"models are {sorted(_TV_FAMILIES)}"
             )
         if self.family == "mvit" and cfg.tokens != "clip":
-            raise ValueError(f"{cfg.model_name} gives one vector per clip: set tokens: clip")
+            raise ValueError(f"{b.model_name} gives one vector per clip: set tokens: clip")
         try:
-            net = torchvision.models.get_model(cfg.model_name, weights=None, **cfg.model_kwargs)
+            net = torchvision.models.get_model(b.model_name, weights=None, **b.model_kwargs)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"torchvision could not build {cfg.model_name!r}: {e}") from e
+            raise ValueError(f"torchvision could not build {b.model_name!r}: {e}") from e
         head = getattr(net, _TV_HEADS[self.family])
         last = [m for m in head.modules() if isinstance(m, (nn.Linear, nn.Conv3d))][-1]
         channels = last.in_features if isinstance(last, nn.Linear) else last.in_channels
         setattr(net, _TV_HEADS[self.family], nn.Identity())
-        if cfg.weights:
-            load_backbone_weights(net, cfg.weights, cfg.model_name)
-        if cfg.freeze_backbone:
+        if b.weights:
+            load_backbone_weights(net, b.weights, b.model_name)
+        if b.freeze:
             net.requires_grad_(False)
         self.backbone = net
         self.proj = nn.Linear(channels, width)
@@ -350,10 +259,11 @@ class VideoBackboneEncoder(Encoder):
         )  # fmt: skip
 
     def data_needs(self) -> dict[str, Need]:
+        b = self.cfg.backbone
         facts = {
-            "size": self.cfg.image_size,
-            "mean": [float(v) for v in (self.cfg.mean or KINETICS_MEAN)],
-            "std": [float(v) for v in (self.cfg.std or KINETICS_STD)],
+            "size": b.image_size,
+            "mean": [float(v) for v in (b.mean or KINETICS_MEAN)],
+            "std": [float(v) for v in (b.std or KINETICS_STD)],
         }
         return {self.view: Need(self.modality, facts)}
 
@@ -370,13 +280,6 @@ class VideoBackboneEncoder(Encoder):
             f = net.norm(net.features(net.pos_drop(net.patch_embed(x_BCTHW))))
             f = f.permute(0, 4, 1, 2, 3)
         return f.mean(dim=(3, 4)).transpose(1, 2)  # [B,C,T',H',W'] -> [B,T',C]
-
-    def _project(self, f_MPC: torch.Tensor) -> torch.Tensor:
-        """Backbone features of real frames → normalised tokens [M,P,D]."""
-        x_MPD = self.proj(f_MPC)
-        if isinstance(self.norm, nn.BatchNorm1d):  # statistics over every real frame's tokens
-            return self.norm(x_MPD.flatten(0, 1)).view(x_MPD.shape)
-        return self.norm(x_MPD)
 
     def forward(self, batch: dict) -> ModalityTokens:
         frames_BTCHW = batch[self.input_key]

@@ -135,6 +135,16 @@ def read_id_list(path: str) -> dict[str, int]:
     return rows
 
 
+def segment_indices(n: int, count: int, rng: random.Random | None) -> list[int]:
+    """``count`` indices spread over ``n`` items in equal segments: a random item of each
+    segment with ``rng``, each segment's centre without; all ``n`` items if ``n <= count``
+    (the frames of a clip, the steps of a feature sequence)."""
+    if n <= count:
+        return list(range(n))
+    seg = n / count
+    return [min(int(seg * (k + (rng.random() if rng else 0.5))), n - 1) for k in range(count)]
+
+
 def merge_needs(declared: Iterable[tuple[str, Mapping[str, Need]]]) -> dict[str, Need]:
     """One ``Need`` per view from ``(declarer, needs)`` pairs, in order of appearance.
 

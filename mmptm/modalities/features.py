@@ -32,8 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from mmptm.modalities.base import DataContext, Modality, Sample
-from mmptm.modalities.video import segment_indices
+from mmptm.modalities.base import DataContext, Modality, Sample, segment_indices
 from mmptm.registry import MODALITIES
 
 

@@ -1,36 +1,33 @@
-"""The image plug-in: a ``jpg``/``png``/``webp``/``gif`` member → normalised ``pixels [B,3,H,W]``.
+"""The image plug-in: a ``jpg``/``png``/``webp`` member → normalised ``pixels [B,3,H,W]``.
 
 Size, mean and std are facts the image encoder declares (timm's ``resolve_data_config``), so
 a recipe states them once, on the encoder. An image is fitted to the square input whole
 (``resize_mode: squash``) or, as open_clip and torchvision's evaluation transforms do, by its
 shorter side and then centre-cropped (``shortest``). Training may add a random resized crop
 (``crop_scale``), drawn from the sample's seeded generator.
-
-Every mode is fitted in its own mode and only then converted to RGB, as open_clip's
-preprocessing does (``Resize``, ``CenterCrop``, then ``convert("RGB")``), so that imported
-CLIP weights see the pixels they were made for: PIL resizes ``RGBA`` / ``LA`` with
-premultiplied alpha, palette (``P``) images by nearest neighbour, ``I;16`` at 16 bits. A
-GIF is its first frame.
 """
 
 from __future__ import annotations
 
 import io
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from PIL import Image
 
 from mmptm.modalities.base import DataContext, Modality, Sample, find_member
+from mmptm.modalities.pixels import (
+    IMAGE_MEMBERS,
+    RESAMPLE,
+    check_pixel_settings,
+    normalise,
+    random_resized_crop,
+)
 from mmptm.registry import MODALITIES
 
-#: PIL filter by ``interpolation`` setting (the image and video plug-ins)
-RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
 #: how an image is fitted to the square input
 RESIZE_MODES = ("squash", "shortest")
 
@@ -39,7 +36,7 @@ RESIZE_MODES = ("squash", "shortest")
 class ImageData(Modality):
     """Decoded, resized and normalised images (one per sample)."""
 
-    members: ClassVar[tuple[str, ...]] = ("jpg", "jpeg", "png", "webp", "gif")
+    members: ClassVar[tuple[str, ...]] = IMAGE_MEMBERS
     keys: ClassVar[tuple[str, ...]] = ("pixels",)
 
     @dataclass
@@ -78,8 +75,8 @@ class ImageData(Modality):
             raise ValueError(f"no image member (one of {self.members}); has {sorted(sample)}")
         size = self.cfg.size
         with Image.open(io.BytesIO(sample[ext])) as img:
-            img.load()  # decode now (a GIF: its first frame), so a truncated file fails here
-            img = fit(img, size, self.cfg.resize_mode, self.cfg.interpolation).convert("RGB")
+            img.load()  # decode now, so a truncated file fails here
+            img = fit(img.convert("RGB"), size, self.cfg.resize_mode, self.cfg.interpolation)
             x_HWC = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
         x_CHW = normalise(x_HWC.view(size, size, 3), self.mean_C11, self.std_C11)
         return {self.prefix(self.views[0]) + "pixels": x_CHW}
@@ -111,23 +108,6 @@ class ImageData(Modality):
         return picture
 
 
-# --------------------------------------------------------------------------------------------
-# Shared with the video plug-in (a clip is a stack of images)
-
-
-def check_pixel_settings(cfg: Any, where: str, part: str) -> None:
-    """Check ``size``, ``mean``/``std``, ``interpolation`` and ``crop_scale`` of a plug-in."""
-    if cfg.size < 1:
-        raise ValueError(f"{where}.size is unset: no encoder declared the {part} size")
-    if len(cfg.mean) != 3 or len(cfg.std) != 3 or min(cfg.std) <= 0:
-        raise ValueError(f"{where}: mean and std need 3 values (std > 0), got {cfg}")
-    if cfg.interpolation not in RESAMPLE:
-        raise ValueError(f"{where}.interpolation must be one of {sorted(RESAMPLE)}")
-    scale = cfg.crop_scale
-    if len(scale) != 2 or not 0.0 < scale[0] <= scale[1] <= 1.0:
-        raise ValueError(f"{where}.crop_scale must be [min, max] in (0, 1], got {scale}")
-
-
 def fit(img: Image.Image, size: int, mode: str, interpolation: str) -> Image.Image:
     """``img`` as size × size: squashed whole, or (``shortest``) resized by its shorter side
     and centre-cropped, with torchvision's rounding (``Resize(size)`` + ``CenterCrop(size)``)."""
@@ -142,33 +122,3 @@ def fit(img: Image.Image, size: int, mode: str, interpolation: str) -> Image.Ima
         return img
     top, left = round((new_h - size) / 2.0), round((new_w - size) / 2.0)
     return img.crop((left, top, left + size, top + size))
-
-
-def normalise(x_NHWC: torch.Tensor, mean_C11: torch.Tensor, std_C11: torch.Tensor) -> torch.Tensor:
-    """uint8 RGB ``[..., H, W, 3]`` → float ``[..., 3, H, W]``, scaled to [0, 1] and normalised."""
-    x_NCHW = x_NHWC.movedim(-1, -3).float() / 255.0
-    return (x_NCHW - mean_C11) / std_C11
-
-
-def random_resized_crop(
-    x_NCHW: torch.Tensor, scale: Sequence[float], interpolation: str, rng: random.Random
-) -> torch.Tensor:
-    """One random crop (:func:`crop_box`) of all N images, resized back to H×W."""
-    H, W = x_NCHW.shape[-2:]
-    top, left, h, w = crop_box(H, W, scale, rng)
-    crop_NChw = x_NCHW[..., top : top + h, left : left + w]
-    mode = "bicubic" if interpolation == "bicubic" else "bilinear"
-    return F.interpolate(crop_NChw, size=(H, W), mode=mode, antialias=True)
-
-
-def crop_box(
-    H: int, W: int, scale: Sequence[float], rng: random.Random
-) -> tuple[int, int, int, int]:
-    """(top, left, height, width) of a random resized crop (Inception / torchvision style)."""
-    for _ in range(10):
-        area = H * W * rng.uniform(scale[0], scale[1])
-        aspect = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-        w, h = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
-        if 0 < w <= W and 0 < h <= H:
-            return rng.randint(0, H - h), rng.randint(0, W - w), h, w
-    return 0, 0, H, W

@@ -51,10 +51,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mmptm.modalities.base import DataContext, Modality, Sample, find_member
-from mmptm.modalities.image import (
+from mmptm.modalities.base import DataContext, Modality, Sample, find_member, segment_indices
+from mmptm.modalities.pixels import (
+    IMAGE_MEMBERS,
     RESAMPLE,
-    ImageData,
     check_pixel_settings,
     normalise,
     random_resized_crop,
@@ -116,15 +116,6 @@ def encode_video(
 
 # --------------------------------------------------------------------------------------------
 # Which frames
-
-
-def segment_indices(n: int, count: int, rng: random.Random | None) -> list[int]:
-    """``count`` indices spread over ``n`` items in equal segments: a random item of each
-    segment with ``rng``, each segment's centre without; all ``n`` items if ``n <= count``."""
-    if n <= count:
-        return list(range(n))
-    seg = n / count
-    return [min(int(seg * (k + (rng.random() if rng else 0.5))), n - 1) for k in range(count)]
 
 
 def clip_times(
@@ -444,7 +435,7 @@ def _stand_in_last(frames: _Frames, timing: _Timing) -> None:
 class VideoData(Modality):
     """Clips (and images as 1-frame clips) → normalised ``frames`` + ``frames_mask``."""
 
-    members: ClassVar[tuple[str, ...]] = VIDEO_MEMBERS + ImageData.members
+    members: ClassVar[tuple[str, ...]] = VIDEO_MEMBERS + IMAGE_MEMBERS
     keys: ClassVar[tuple[str, ...]] = ("frames", "frames_mask")
 
     @dataclass
@@ -484,7 +475,7 @@ class VideoData(Modality):
             raise ValueError(f"{where}: set fps (> 0) or stride (>= 1), not both")
         if cfg.max_side < 1 or cfg.max_duration_s <= 0 or cfg.threads < 0:
             raise ValueError(f"{where}: max_side, max_duration_s must be > 0, threads >= 0")
-        self.extensions = VIDEO_MEMBERS + (ImageData.members if cfg.images else ())
+        self.extensions = VIDEO_MEMBERS + (IMAGE_MEMBERS if cfg.images else ())
         self.mean_C11 = torch.tensor(cfg.mean).view(3, 1, 1)
         self.std_C11 = torch.tensor(cfg.std).view(3, 1, 1)
 

@@ -40,7 +40,8 @@ import torch
 from mmptm.config import from_dict, save_config, to_dict
 from mmptm.encoders.backbone import load_state_dict_file
 from mmptm.encoders.base import VocabInfo
-from mmptm.modalities.image import RESAMPLE, RESIZE_MODES, ImageData
+from mmptm.modalities.image import RESIZE_MODES, ImageData
+from mmptm.modalities.pixels import RESAMPLE
 from mmptm.modalities.text import TextData
 from mmptm.models import checkpoint
 from mmptm.models.hf_import import compile_names, fit_state, map_name, read_json_object
@@ -274,20 +275,18 @@ def _image_encoder(model_cfg: Mapping[str, Any], preprocess: Mapping[str, Any]) 
         raise ValueError(
             f"open_clip preprocess_cfg.resize_mode={mode!r} is unsupported (only {RESIZE_MODES})"
         )
-    common = {
-        "type": "timm_image",
+    common = {"type": "timm_image", "position_embedding": False, "norm": False, "resize_mode": mode}
+    facts = {
         "image_size": size,
         "mean": [float(v) for v in preprocess.get("mean", OPENAI_MEAN)],
         "std": [float(v) for v in preprocess.get("std", OPENAI_STD)],
-        "position_embedding": False,
-        "norm": False,
-        "resize_mode": mode,
     }
     if isinstance(layers, (list, tuple)):  # ModifiedResNet: the attention pool's output
         embed = int(model_cfg["embed_dim"])
         kwargs = {"img_size": size, "width_factor": width / 64}
-        enc = {"model_name": RESNETS[tuple(layers)], "model_kwargs": kwargs, "output": "pooled"}
-        return {**common, **enc, "projection": True}, embed  # projection = attnpool.c_proj
+        backbone = {"model_name": RESNETS[tuple(layers)], "model_kwargs": kwargs, **facts}
+        # projection = attnpool.c_proj
+        return {**common, "backbone": backbone, "output": "pooled", "projection": True}, embed
     patch = int(vision["patch_size"])
     heads = width // int(vision.get("head_width", 64))
     kwargs = {
@@ -303,8 +302,8 @@ def _image_encoder(model_cfg: Mapping[str, Any], preprocess: Mapping[str, Any]) 
     name = f"vit_{VIT_SIZES.get(width, 'base')}_patch{patch}_clip{act}_{size}"
     if not timm.is_model(name):  # the shapes are in model_kwargs either way
         name = f"vit_base_patch16_clip{act}_224"
-    enc = {"model_name": name, "model_kwargs": kwargs, "output": "tokens"}
-    return {**common, **enc, "projection": False}, width
+    backbone = {"model_name": name, "model_kwargs": kwargs, **facts}
+    return {**common, "backbone": backbone, "output": "tokens", "projection": False}, width
 
 
 def open_clip_model_config(

@@ -6,7 +6,7 @@ import pytest
 import timm
 import torch
 
-from mmptm.encoders.backbone import create_backbone
+from mmptm.encoders.backbone import BackboneConfig, create_backbone
 from mmptm.encoders.image import TimmImageEncoder
 from mmptm.encoders.regions import RoIRegionEncoder
 
@@ -34,7 +34,7 @@ def test_construction_errors_are_one_line_value_errors_naming_the_model(
 def test_encoders_report_the_model_they_could_not_build() -> None:
     for cls in (TimmImageEncoder, RoIRegionEncoder):
         with pytest.raises(ValueError, match="'no_such_backbone_xyz'"):
-            cls(cls.Config(model_name="no_such_backbone_xyz"), width=16)
+            cls(cls.Config(backbone=BackboneConfig(model_name="no_such_backbone_xyz")), width=16)
 
 
 def test_freeze_turns_off_every_backbone_gradient() -> None:
@@ -44,7 +44,7 @@ def test_freeze_turns_off_every_backbone_gradient() -> None:
     assert params and not any(p.requires_grad for p in params)
     # In the encoders only the backbone is frozen: the projection and embeddings still learn.
     for cls in (TimmImageEncoder, RoIRegionEncoder):
-        enc = cls(cls.Config(model_name="test_resnet", freeze_backbone=True), width=16)
+        enc = cls(cls.Config(backbone=BackboneConfig(freeze=True)), width=16)
         grads = {n: p.requires_grad for n, p in enc.named_parameters()}
         assert not any(v for n, v in grads.items() if n.startswith("backbone.")), cls
         assert any(v for n, v in grads.items() if not n.startswith("backbone.")), cls

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,6 +13,15 @@ from mmptm.encoders.text import TextEncoder
 
 WIDTH = 32
 VIT_KWARGS = {"img_size": 32, "patch_size": 8, "embed_dim": 64, "depth": 1, "num_heads": 2}
+
+
+def _config(cls, **kwargs):
+    """``cls(**kwargs)`` with the keys of its ``backbone`` block (:class:`BackboneConfig` or
+    a subclass) moved into that block."""
+    block = next(f.default_factory for f in dataclasses.fields(cls) if f.name == "backbone")
+    names = {f.name for f in dataclasses.fields(block)}
+    backbone = block(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+    return cls(backbone=backbone, **kwargs)
 
 
 def _vocab(languages: tuple[str, ...] = ("en", "de", "fr")) -> VocabInfo:
@@ -132,18 +143,21 @@ def test_text_longer_than_max_positions_raises() -> None:
 
 
 def _resnet(**cfg_kwargs) -> TimmImageEncoder:
-    cfg = TimmImageEncoder.Config(**{"model_name": "test_resnet", "image_size": 64, **cfg_kwargs})
+    cfg = _config(
+        TimmImageEncoder.Config, **{"model_name": "test_resnet", "image_size": 64, **cfg_kwargs}
+    )
     return TimmImageEncoder(cfg, width=WIDTH)
 
 
 def _vit(**cfg_kwargs) -> TimmImageEncoder:
-    cfg = TimmImageEncoder.Config(
+    cfg = _config(
+        TimmImageEncoder.Config,
         **{
             "model_name": "vit_tiny_patch16_224",
             "model_kwargs": dict(VIT_KWARGS),
             "image_size": 32,
             **cfg_kwargs,
-        }
+        },
     )
     return TimmImageEncoder(cfg, width=WIDTH)
 
@@ -186,7 +200,8 @@ def test_wrong_image_size_raises() -> None:
 
 def test_unknown_timm_model_raises_value_error() -> None:
     with pytest.raises(ValueError, match="no_such_backbone_xyz"):
-        TimmImageEncoder(TimmImageEncoder.Config(model_name="no_such_backbone_xyz"), width=WIDTH)
+        TimmImageEncoder(_config(TimmImageEncoder.Config, model_name="no_such_backbone_xyz"),
+                         width=WIDTH)  # fmt: skip
 
 
 def _scrambled_state_dict(enc: TimmImageEncoder) -> dict[str, torch.Tensor]:
@@ -235,7 +250,7 @@ def test_local_backbone_weights_are_loaded(tmp_path, make, suffix: str) -> None:
     assert any(not torch.equal(plain.backbone.state_dict()[k], v) for k, v in sd.items()), (
         "the reference init happens to equal the saved weights"
     )
-    size = loaded.cfg.image_size
+    size = loaded.cfg.backbone.image_size
     pixels = torch.randn(2, 3, size, size)
     source.backbone.load_state_dict(sd)
     source.eval()
@@ -324,7 +339,8 @@ def test_pooled_output_is_one_token_of_the_backbones_pooled_features() -> None:
 
 def test_no_projection_and_no_norm_pass_the_backbone_tokens() -> None:
     torch.manual_seed(0)
-    cfg = TimmImageEncoder.Config(
+    cfg = _config(
+        TimmImageEncoder.Config,
         model_name="vit_tiny_patch16_224", model_kwargs=dict(VIT_KWARGS), image_size=32,
         projection=False, norm=False, position_embedding=False, resize_mode="shortest",
     )  # fmt: skip

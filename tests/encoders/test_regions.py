@@ -5,6 +5,8 @@ Legend: B batch, R regions, F feature dim, C channels, D width.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import timm
@@ -17,6 +19,15 @@ from mmptm.registry import ENCODERS
 
 WIDTH = 32
 FEAT = 16
+
+
+def _config(cls, **kwargs):
+    """``cls(**kwargs)`` with the keys of its ``backbone`` block (:class:`BackboneConfig` or
+    a subclass) moved into that block."""
+    block = next(f.default_factory for f in dataclasses.fields(cls) if f.name == "backbone")
+    names = {f.name for f in dataclasses.fields(block)}
+    backbone = block(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+    return cls(backbone=backbone, **kwargs)
 
 
 def _boxes(g: torch.Generator, B: int, R: int) -> torch.Tensor:
@@ -137,7 +148,7 @@ def test_region_encoder_rejects_wrong_feature_dim() -> None:
 
 def _roi(**cfg) -> RoIRegionEncoder:
     torch.manual_seed(0)
-    cfg = RoIRegionEncoder.Config(**{"model_name": "test_resnet", "image_size": 64, **cfg})
+    cfg = _config(RoIRegionEncoder.Config, **{"model_name": "test_resnet", "image_size": 64, **cfg})
     return RoIRegionEncoder(cfg, width=WIDTH).eval()
 
 

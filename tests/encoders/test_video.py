@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -20,10 +22,19 @@ VIT = {
 VIT0 = {**VIT, "model_kwargs": {**VIT["model_kwargs"], "depth": 0}}
 
 
+def _config(cls, **kwargs):
+    """``cls(**kwargs)`` with the keys of its ``backbone`` block (:class:`BackboneConfig` or
+    a subclass) moved into that block."""
+    block = next(f.default_factory for f in dataclasses.fields(cls) if f.name == "backbone")
+    names = {f.name for f in dataclasses.fields(block)}
+    backbone = block(**{k: kwargs.pop(k) for k in list(kwargs) if k in names})
+    return cls(backbone=backbone, **kwargs)
+
+
 def _frames(**cfg) -> VideoFramesEncoder:
     torch.manual_seed(0)
     base = {"model_name": "test_resnet", "image_size": 32}
-    enc = VideoFramesEncoder(VideoFramesEncoder.Config(**{**base, **cfg}), width=WIDTH)
+    enc = VideoFramesEncoder(_config(VideoFramesEncoder.Config, **{**base, **cfg}), width=WIDTH)
     with torch.no_grad():
         enc.type_embedding.normal_()
     return enc
@@ -42,7 +53,7 @@ def _layer_norm(x: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
 @pytest.mark.parametrize(("tokens", "cfg", "per_frame"), [("frame", {}, 1), ("patch", VIT, 5)])
 def test_frames_shapes_and_masks(tokens, cfg, per_frame) -> None:
     enc = _frames(tokens=tokens, temporal_layers=1, **cfg).eval()
-    size = enc.cfg.image_size
+    size = enc.cfg.backbone.image_size
     mask = torch.tensor([[True, True, True], [True, False, False]])
     with torch.no_grad():
         out = enc({"frames": _clips(2, 3, size), "frames_mask": mask})
@@ -86,8 +97,8 @@ def test_bag_of_frames_at_init_and_temporal_layers_learn_order(tokens, cfg) -> N
     clips = _clips(3, 5, size) * torch.linspace(0.2, 3.0, 5)[None, :, None, None, None]
     perm = torch.tensor([3, 0, 4, 1, 2])
     # a frozen backbone: a big step on it could make every frame look alike
-    bag = _frames(tokens=tokens, freeze_backbone=True, **cfg).eval()
-    temporal = _frames(tokens=tokens, temporal_layers=2, freeze_backbone=True, **cfg).eval()
+    bag = _frames(tokens=tokens, freeze=True, **cfg).eval()
+    temporal = _frames(tokens=tokens, temporal_layers=2, freeze=True, **cfg).eval()
     with torch.no_grad():
         for enc in (bag, temporal):  # zero temporal positions: order-blind at initialisation
             torch.testing.assert_close(
@@ -278,7 +289,9 @@ def _tv_pair(name: str, size: int, tmp_path, **cfg):
     path = tmp_path / f"{name}.pth"
     torch.save(net.state_dict(), path)
     enc = VideoBackboneEncoder(
-        VideoBackboneEncoder.Config(model_name=name, image_size=size, weights=str(path), **cfg),
+        _config(
+            VideoBackboneEncoder.Config, model_name=name, image_size=size, weights=str(path), **cfg
+        ),
         width=WIDTH,
     ).eval()
     return net, enc
@@ -331,7 +344,9 @@ def test_video_backbone_time_tokens_masks_and_clip_token(tmp_path) -> None:
 
 
 def test_video_backbone_errors_name_the_problem(tmp_path) -> None:
-    cfg = VideoBackboneEncoder.Config
+    def cfg(**kwargs):
+        return _config(VideoBackboneEncoder.Config, **kwargs)
+
     with pytest.raises(ValueError, match="unknown model_name 'x3d'.*r2plus1d_18"):
         VideoBackboneEncoder(cfg(model_name="x3d"), width=WIDTH)
     with pytest.raises(ValueError, match="mvit_v2_s gives one vector per clip: set tokens: clip"):

@@ -164,8 +164,8 @@ def test_run_directory_is_a_normal_run(imported, tmp_path: Path):
     assert cfg.data.modalities["text"].max_len == 77
     m = cfg.model
     assert m.width == 32 and m.widths == {"image": 48}  # RN: the embedding is wider than text
-    assert m.encoders["image"].model_name == "resnet50_clip"
-    assert m.encoders["image"].model_kwargs == {"img_size": 64, "width_factor": 0.125}
+    assert m.encoders["image"].backbone.model_name == "resnet50_clip"
+    assert m.encoders["image"].backbone.model_kwargs == {"img_size": 64, "width_factor": 0.125}
     assert (m.fusion.transformer.causal, m.fusion.transformer.activation) == (True, "gelu")
     assert m.fusion.pooling == {"text": "last", "image": "first"}
     needs = build_model(cfg)[0].data_needs()["image"].facts
@@ -258,19 +258,19 @@ def test_published_configs_map_to_mmptm_shapes():
     b32 = open_clip_model_config(read_model_config("ViT-B-32")[0])
     assert (b32.width, b32.widths) == (512, {"image": 768})
     image = b32.encoders["image"]
-    assert image.model_name == "vit_base_patch32_clip_224" and image.output == "tokens"
+    assert image.backbone.model_name == "vit_base_patch32_clip_224" and image.output == "tokens"
     assert (image.projection, image.norm, image.position_embedding) == (False, False, False)
     assert b32.fusion.transformer.activation == "gelu"
     assert b32.objectives["contrastive"].embed_dim == 512
     quick = open_clip_model_config(read_model_config("ViT-B-16-quickgelu")[0])
-    assert quick.encoders["image"].model_name == "vit_base_patch16_clip_quickgelu_224"
+    assert quick.encoders["image"].backbone.model_name == "vit_base_patch16_clip_quickgelu_224"
     assert quick.fusion.transformer.activation == "quick_gelu"
     l14 = open_clip_model_config(read_model_config("ViT-L-14")[0])
     assert (l14.width, l14.widths, l14.fusion.transformer.heads) == (768, {"image": 1024}, 12)
-    assert l14.encoders["image"].model_name == "vit_large_patch14_clip_224"
+    assert l14.encoders["image"].backbone.model_name == "vit_large_patch14_clip_224"
     rn50 = open_clip_model_config(read_model_config("RN50-quickgelu")[0])
     assert (rn50.width, rn50.widths) == (512, {"image": 1024})
-    assert rn50.encoders["image"].model_name == "resnet50_clip"
+    assert rn50.encoders["image"].backbone.model_name == "resnet50_clip"
     assert rn50.encoders["image"].output == "pooled"
 
 

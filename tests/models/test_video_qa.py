@@ -20,7 +20,7 @@ SMALL = [
     "model.fusion.transformer.layers=1",
     "model.objectives.vqa.answers=__delete__",
     "model.objectives.vqa.num_answers=5",
-    "model.encoders.video.image_size=32",  # as tiny_overrides gives the pre-training run
+    "model.encoders.video.backbone.image_size=32",  # as tiny_overrides gives the pre-training run
 ]
 
 

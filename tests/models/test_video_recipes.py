@@ -96,8 +96,8 @@ def test_a_torchvision_video_network_is_one_override(tiny_world, tmp_path):
     """video_clip_tiny with R(2+1)D in place of the per-frame CNN: the data side follows the
     encoder's declared needs (size, Kinetics normalisation), and a step trains every weight."""
     cfg = _config("video_clip_tiny", tiny_world, tmp_path, [
-        "model.encoders.video={type: video_backbone, model_name: r2plus1d_18, image_size: 32, "
-        "tokens: time, temporal_layers: 1}",
+        "model.encoders.video={type: video_backbone, backbone: {model_name: r2plus1d_18, "
+        "image_size: 32}, tokens: time, temporal_layers: 1}",
     ])  # fmt: skip
     torch.manual_seed(0)
     model, tok = build_model(cfg)

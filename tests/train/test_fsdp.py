@@ -38,9 +38,9 @@ needs_gloo = pytest.mark.skipif(
 #: clip_tiny with a one-block ViT (no BatchNorm: its statistics depend on how a batch is
 #: split) and clipping that acts; micro-batches of 4 rows, 2 per step
 VIT = [
-    "model.encoders.image.model_name=vit_tiny_patch16_224",
-    "model.encoders.image.model_kwargs={img_size: 32, patch_size: 8, embed_dim: 32, depth: 1, "
-    "num_heads: 2}",
+    "model.encoders.image.backbone.model_name=vit_tiny_patch16_224",
+    "model.encoders.image.backbone.model_kwargs={img_size: 32, patch_size: 8, embed_dim: 32, "
+    "depth: 1, num_heads: 2}",
     "data.batch_size=4",
     "train.grad_accum=2",
     "train.clip_grad_norm=0.01",

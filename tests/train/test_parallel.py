@@ -21,7 +21,7 @@ def _model() -> PretrainModel:
     vit = {"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 1, "num_heads": 2,
            "proj_drop_rate": 0.2, "attn_drop_rate": 0.2}  # fmt: skip
     cfg = text_image_model_config()
-    cfg.encoders["image"].model_kwargs = vit
+    cfg.encoders["image"].backbone.model_kwargs = vit
     torch.manual_seed(0)
     return PretrainModel(cfg, VOCAB).train()
 
