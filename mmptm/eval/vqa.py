@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,31 @@ import torch
 from mmptm.batch import move_to
 from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.models.load import load_pretrained
-from mmptm.objectives.vqa import VQAHead, soft_score, write_results
+from mmptm.objectives.vqa import VQAHead, soft_score
+
+
+def vqa_accuracy(predictions: Mapping[int, str], answers: Mapping[int, Sequence[str]]) -> float:
+    """Mean official accuracy ×100 (a percentage, as the official script prints) over the
+    predicted questions."""
+    if not predictions:
+        raise ValueError("vqa_accuracy: no predictions")
+    unknown = [q for q in predictions if q not in answers]
+    if unknown:
+        raise KeyError(f"vqa_accuracy: {len(unknown)} predicted questions have no answers, "
+                       f"e.g. {unknown[:3]}")  # fmt: skip
+    total = sum(soft_score(answers[q], a) for q, a in predictions.items())
+    return 100.0 * total / len(predictions)
+
+
+def write_results(predictions: Mapping[int, str], path: str | Path) -> None:
+    """The official results file: ``[{"question_id": int, "answer": str}, ...]``."""
+    rows = [{"question_id": int(q), "answer": a} for q, a in sorted(predictions.items())]
+    Path(path).write_text(json.dumps(rows), encoding="utf-8")
+
+
+def read_results(path: str | Path) -> dict[int, str]:
+    """Question id → answer of an official results file."""
+    return {int(r["question_id"]): r["answer"] for r in json.loads(Path(path).read_text())}
 
 
 @torch.no_grad()

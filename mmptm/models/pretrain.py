@@ -15,9 +15,10 @@ from mmptm.batch import Batch, BatchTransform
 from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need, merge_needs
+from mmptm.models.resources import build_objective, objective_data_transform
 from mmptm.objectives.base import ForObjectives, TaskSampler, trains
 from mmptm.recipe import ModelConfig
-from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES
+from mmptm.registry import ENCODERS, FUSIONS
 
 
 @dataclass
@@ -37,7 +38,7 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
     """
     groups: list[tuple[set[str], BatchTransform]] = []
     for name, c in cfg.objectives.items():
-        t = OBJECTIVES.get(c.type).data_transform(c, vocab)
+        t = objective_data_transform(c, vocab)
         if t is None:
             continue
         twin = next(
@@ -108,8 +109,8 @@ class PretrainModel(nn.Module):
             encoders=self.encoders,
         )
         self.objectives = nn.ModuleDict(
-            {
-                name: OBJECTIVES.build(
+            {  # each with the resources its config names (a teacher run, an answer list)
+                name: build_objective(
                     c,
                     width=cfg.width,
                     widths=widths,

@@ -19,32 +19,26 @@ utterance of S samples has ``conv_steps(S, WAV2VEC2_STEPS)`` = ⌊(S − 400) / 
   waveform (normalising twice = once) nor on the recording level.
 - :class:`TeacherFeaturizer` (iteration 2): a frozen earlier run's audio encoder, its hidden
   states after Transformer layer L (``encoder.layer_features(batch, L)`` [B,T,D], the
-  interface the audio encoders provide), built from the config saved in the run's latest
-  checkpoint through the ``ENCODERS`` registry and loaded with its ``encoders.<view>.*``
-  weights. It reads the batch's keys of the student's view (the waveform the plug-in made
-  with the facts the teacher also declares), never its [MASK] steps, in float32 without
-  autocast.
+  interface the audio encoders provide). The encoder comes built and loaded
+  (:func:`mmptm.models.resources.load_encoder`, under the student's view name): objectives
+  read no checkpoints. It reads the batch's keys of the student's view (the waveform the
+  plug-in made with the facts the teacher also declares), never its [MASK] steps, in float32
+  without autocast.
 
-:func:`audio_sample_featurizer` wraps either for ``units fit``: decode the sample's audio
-member (:func:`~mmptm.modalities.audio_io.read_audio`), resample to 16 kHz and featurize.
+:func:`mmptm.train.units.audio_sample_featurizer` wraps either for ``units fit``: decode the
+sample's audio member, resample to 16 kHz and featurize.
 Legend: B batch, S samples, T steps (frames), F feature width, D teacher width.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from mmptm.batch import Batch
-from mmptm.config import from_dict
-from mmptm.encoders.base import VocabInfo
+from mmptm.encoders.base import Encoder
 from mmptm.modalities.audio_io import conv_steps
-from mmptm.modalities.base import view_prefix
-from mmptm.registry import ENCODERS
 
 SAMPLE_RATE = 16000
 #: the wav2vec 2.0 / HuBERT conv feature encoder: [kernel, stride] per layer
@@ -125,23 +119,6 @@ class MfccFeaturizer:
 # --------------------------------------------------------------------------------------------
 # The teacher: a frozen earlier run's audio encoder
 
-_STEP_RE = re.compile(r"^step_(\d+)\.pt$")
-
-
-def latest_checkpoint(path: str | Path) -> Path:
-    """A checkpoint file, or the newest ``step_*.pt`` of a run dir (or its ``checkpoints/``).
-
-    The layout ``mmptm.models.checkpoint`` writes; read here directly because objectives sit
-    below ``models``."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    for d in (p / "checkpoints", p):
-        found = [(int(m.group(1)), f) for f in d.glob("step_*.pt") if (m := _STEP_RE.match(f.name))]
-        if found:
-            return max(found)[1]
-    raise FileNotFoundError(f"no checkpoint (step_*.pt) in {p} or {p / 'checkpoints'}")
-
 
 def _truthy(value: Any) -> bool:
     if isinstance(value, str):
@@ -152,57 +129,21 @@ def _truthy(value: Any) -> bool:
 class TeacherFeaturizer:
     """Hidden states of a frozen earlier run's audio encoder after Transformer layer L."""
 
-    def __init__(
-        self, run: str | Path, layer: int, *, view: str = "audio", teacher_view: str = "",
-        vocab: VocabInfo | None = None, device: str | torch.device = "cpu",
-    ) -> None:  # fmt: skip
+    def __init__(self, encoder: Encoder, layer: int, *, run: str = "") -> None:
+        """``encoder``: built and loaded under the student's view name; ``run``: where it
+        came from (recorded in a codebook's sidecar)."""
         if layer < 1:
             raise ValueError(f"hubert teacher layer must be >= 1, got {layer}")
-        path = latest_checkpoint(run)
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        if not isinstance(state, Mapping) or "model" not in state or "config" not in state:
-            raise ValueError(f"{path}: not an mmptm checkpoint (needs model and config)")
-        model_cfg = (state["config"] or {}).get("model") or {}
-        encoders = model_cfg.get("encoders") or {}
-        name = teacher_view or self._audio_view(encoders, view, path)
-        if name not in encoders:
-            raise ValueError(f"{path}: model.encoders has no {name!r} (has {sorted(encoders)})")
-        raw = dict(encoders[name])
-        raw.setdefault("type", name)
-        where = f"{path}: model.encoders.{name}"
-        enc_cfg = from_dict(ENCODERS.config_class(raw["type"], where), raw, where)
-        enc = ENCODERS.build(
-            enc_cfg, width=int(model_cfg.get("width", 0)), vocab=vocab or VocabInfo(vocab_size=1),
-            name=view, built={},
-        )  # fmt: skip
-        if not hasattr(enc, "layer_features"):
-            raise ValueError(f"{where}: encoder {raw['type']!r} has no layer_features(batch, L)")
-        head = f"encoders.{name}."
-        weights = {k[len(head) :]: v for k, v in state["model"].items() if k.startswith(head)}
-        missing, unexpected = enc.load_state_dict(weights, strict=False)
-        if missing or unexpected:
+        if not hasattr(encoder, "layer_features"):
             raise ValueError(
-                f"{path}: encoders.{name} weights do not fit its config (missing "
-                f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})"
+                f"{run}: encoder {type(encoder).__name__} has no layer_features(batch, L)"
             )
-        enc.requires_grad_(False).eval()
-        self.encoder = enc.to(device)
-        self.run, self.layer, self.view = str(run), layer, view
-        self.prefix = view_prefix("audio", view)
-        need = enc.data_needs().get(view)
+        self.encoder = encoder.requires_grad_(False).eval()
+        self.run, self.layer, self.view = str(run), layer, encoder.view
+        self.prefix = encoder.prefix
+        need = encoder.data_needs().get(self.view)
         self.needs = dict(need.facts) if need is not None else {}
         self.dim = 0  # known after the first call
-
-    @staticmethod
-    def _audio_view(encoders: Mapping[str, Any], view: str, path: Path) -> str:
-        if view in encoders:
-            return view
-        kinds = {n: ENCODERS.get((c or {}).get("type", n)) for n, c in encoders.items()}
-        audio = [n for n, cls in kinds.items() if cls.modality == "audio"]
-        if len(audio) != 1:
-            raise ValueError(f"{path}: cannot tell the teacher's audio encoder among "
-                             f"{sorted(encoders)}; set teacher_view")  # fmt: skip
-        return audio[0]
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "teacher", "run": self.run, "layer": self.layer}
@@ -262,7 +203,6 @@ __all__ = [
     "WAV2VEC2_STEPS",
     "MfccFeaturizer",
     "TeacherFeaturizer",
-    "latest_checkpoint",
     "mfcc_features",
     "normalize_wave",
 ]

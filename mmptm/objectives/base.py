@@ -5,12 +5,18 @@ The data side runs in the data pipeline's workers on collated batches, with a
 negatives are reproducible and a resumed run sees the same ones. The loss side is an
 ``nn.Module`` returning named tensors; names ending in ``_loss`` are summed by the model
 with the recipe weight, the rest are metrics.
+
+What a config names on disk in a format owned above the objectives (an earlier run's
+checkpoint) or by data preparation (an answer list, an aliases file), an objective declares as
+:class:`Resource`s, which ``mmptm.models`` loads and hands over: objectives never open a
+checkpoint. (Formats a lower floor owns, such as a codebook or a label list, are read through
+their owner's reader.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -21,6 +27,42 @@ from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 
 
+@dataclass(frozen=True)
+class Resource:
+    """A file or run an objective's config names: ``mmptm.models`` loads it and hands the
+    result to the objective's constructor as a keyword argument (and to its
+    ``data_transform`` too, with ``data_side``)."""
+
+    #: the config key that names it (for errors), e.g. ``vqa.answers``
+    key: str
+    path: str
+    #: the data side needs it as well (an answer vocabulary for the soft targets)
+    data_side: bool = False
+
+
+@dataclass(frozen=True)
+class Lines(Resource):
+    """A text file's non-empty lines, in order: ``list[str]`` (an answer vocabulary)."""
+
+
+@dataclass(frozen=True)
+class Aliases(Resource):
+    """A knowledge graph's aliases file (``id<TAB>alias...``): ``{entity id: [alias, ...]}``."""
+
+
+@dataclass(frozen=True)
+class RunEncoder(Resource):
+    """An encoder of an earlier run (a checkpoint, or a run dir's newest, sharded or not),
+    built from the run's saved config and loaded with its weights, frozen, in eval mode.
+
+    It is the run's encoder ``view``, else the one named ``name``, else its only encoder of
+    ``modality``; built here under ``name`` (the batch keys it reads)."""
+
+    modality: str = ""
+    view: str = ""
+    name: str = ""
+
+
 class Objective(nn.Module):
     """Base class of the loss sides; subclasses register with ``OBJECTIVES``."""
 
@@ -29,8 +71,15 @@ class Objective(nn.Module):
     token_level: ClassVar[bool] = False
 
     @classmethod
-    def data_transform(cls, cfg, vocab: VocabInfo) -> BatchTransform | None:
-        """The objective's data side for this config, or None when it needs none."""
+    def resources(cls, cfg) -> dict[str, Resource]:
+        """What this config names on disk, by the keyword argument it is handed as (loaded
+        by ``mmptm.models``; default none)."""
+        return {}
+
+    @classmethod
+    def data_transform(cls, cfg, vocab: VocabInfo, **resources: Any) -> BatchTransform | None:
+        """The objective's data side for this config, or None when it needs none
+        (``resources``: the loaded ones declared with ``data_side``)."""
         return None
 
     def data_needs(self) -> dict[str, Need]:
@@ -44,6 +93,25 @@ class Objective(nn.Module):
         """Called by the trainer after each optimiser step: constraints on parameters (a
         clamped temperature) belong here, not in ``forward``, where a clamp blocks the
         gradient."""
+
+
+@runtime_checkable
+class PairSimilarity(Protocol):
+    """An objective that embeds two views to compare them (contrastive): what ITM's hard
+    negatives are drawn by, found among the model's objectives without naming its class."""
+
+    @property
+    def views(self) -> tuple[str, str]:
+        """The two views it aligns."""
+        ...
+
+    def embed(self, out: FusionOutput, view: str) -> torch.Tensor:
+        """L2-normalised embedding [B,E] of one view."""
+        ...
+
+    def scale(self) -> torch.Tensor:
+        """The logit scale (1 / temperature)."""
+        ...
 
 
 def encoder_target_dim(enc: nn.Module, configured: int, where: str) -> int:

@@ -179,6 +179,12 @@ class Contrastive(Objective):
         self.logit_scale = nn.Parameter(init, requires_grad=cfg.learn_temperature)
         init_weights(self.proj)
 
+    @property
+    def views(self) -> tuple[str, str]:
+        """The two views it aligns (``modalities``)."""
+        a, b = self.cfg.modalities
+        return a, b
+
     def embed(self, out: FusionOutput, modality: str) -> torch.Tensor:
         """L2-normalised embedding [B,E] of one view, for retrieval."""
         if self.cfg.source == "unimodal":

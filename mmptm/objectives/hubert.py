@@ -6,7 +6,8 @@ HuBERT base: a real step starts a span with probability 0.08, spans of 10 steps,
 Targets, computed on the device each step from the batch waveform ``<prefix>audio`` [B,S] and
 ``<prefix>audio_mask``: a featurizer (:mod:`mmptm.objectives.audio_units`) gives one vector
 per encoder step — ``features: mfcc`` (iteration 1: 39-d MFCC + deltas) or ``features:
-teacher`` (iteration 2: a frozen earlier run's audio encoder after ``teacher_layer``) — and
+teacher`` (iteration 2: a frozen earlier run's audio encoder after ``teacher_layer``; the run
+is a resource, loaded by ``mmptm.models`` and handed over as the encoder) — and
 each real step's unit is the id of its nearest row of ``codebook`` (a ``.npy`` [K,F] from
 ``mmptm units fit --audio-features``, fitted on the same featurizer; its json sidecar is
 checked to say so). Targets carry no gradient.
@@ -34,13 +35,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
-from mmptm.encoders.base import VocabInfo
+from mmptm.encoders.base import Encoder, VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.modalities.base import Need, view_prefix
+from mmptm.modalities.base import Need
 from mmptm.modalities.features import load_codebook, nearest
 from mmptm.objectives.audio_units import Featurizer, MfccFeaturizer, TeacherFeaturizer
-from mmptm.objectives.base import Objective
-from mmptm.objectives.masking import MaskSpans, audio_encoder, span_masking
+from mmptm.objectives.base import Objective, Resource, RunEncoder
+from mmptm.objectives.masking import MaskSpans, SpanMaskConfig, audio_encoder
 from mmptm.registry import OBJECTIVES
 
 IGNORE = -100
@@ -81,20 +82,15 @@ class Hubert(Objective):
     """Masked prediction of k-means units of MFCC or teacher features (HuBERT)."""
 
     @dataclass
-    class Config:
+    class Config(SpanMaskConfig):
         type: str = "hubert"
-        weight: float = 1.0
-        #: the audio encoder (view, and hidden-state stream) this objective reads
-        modality: str = "audio"
-        #: probability of a real step to start a masked span (fairseq's mask_prob / length)
         mask_prob: float = 0.08
-        mask_length: int = 10
-        min_masks: int = 2
         #: what the units are k-means ids of: mfcc (iteration 1) | teacher (iteration 2)
         features: str = "mfcc"
         #: ``.npy`` [K,F] from ``mmptm units fit --audio-features``
         codebook: str = ""
-        #: features: teacher — the earlier run (dir or checkpoint), its layer, its view name
+        #: features: teacher — the earlier run (dir or checkpoint, sharded ones too), its
+        #: layer, its view name (loaded by ``mmptm.models``, handed over as ``teacher``)
         teacher: str = ""
         teacher_layer: int = 0
         teacher_view: str = ""
@@ -104,16 +100,22 @@ class Hubert(Objective):
         pred_nomask_weight: float = 0.0
 
     @classmethod
+    def resources(cls, cfg: Config) -> dict[str, Resource]:
+        """``teacher``: the earlier run's audio encoder (features: teacher)."""
+        if cfg.features != "teacher" or not cfg.teacher:
+            return {}
+        return {"teacher": RunEncoder("hubert.teacher", cfg.teacher, modality="audio",
+                                      view=cfg.teacher_view, name=cfg.modality)}  # fmt: skip
+
+    @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskSpans:
-        return span_masking(
-            "hubert", view_prefix("audio", cfg.modality), cfg.mask_prob, cfg.mask_length,
-            cfg.min_masks,
-        )  # fmt: skip
+        return cfg.span_masking()
 
     def __init__(
-        self, cfg: Config, *, width: int, encoders: nn.ModuleDict, vocab: VocabInfo | None = None,
+        self, cfg: Config, *, width: int, encoders: nn.ModuleDict, teacher: Encoder | None = None,
         **_: object,
     ) -> None:  # fmt: skip
+        """``teacher``: the frozen encoder of ``cfg.teacher`` (see :meth:`resources`)."""
         super().__init__()
         audio_encoder(encoders, cfg.modality, "hubert.modality")
         if cfg.logit_temperature <= 0 or min(cfg.pred_masked_weight, cfg.pred_nomask_weight) < 0:
@@ -121,17 +123,20 @@ class Hubert(Objective):
         if not cfg.codebook:
             raise ValueError("hubert.codebook is unset (`mmptm units fit --audio-features`)")
         self.cfg = cfg
-        self.prefix = view_prefix("audio", cfg.modality)
+        self.prefix = cfg.prefix
         self.featurizer: Featurizer
         if cfg.features == "mfcc":
             self.featurizer = MfccFeaturizer()
         elif cfg.features == "teacher":
             if not cfg.teacher or cfg.teacher_layer < 1:
                 raise ValueError("hubert: features: teacher needs a teacher run, teacher_layer > 0")
-            self.featurizer = TeacherFeaturizer(
-                cfg.teacher, cfg.teacher_layer, view=cfg.modality, teacher_view=cfg.teacher_view,
-                vocab=vocab,
-            )  # fmt: skip
+            if teacher is None:
+                raise ValueError(
+                    "hubert: features: teacher needs the teacher run's encoder, loaded by "
+                    "mmptm.models (build the objective with mmptm.models.resources."
+                    "build_objective)"
+                )
+            self.featurizer = TeacherFeaturizer(teacher, cfg.teacher_layer, run=cfg.teacher)
         else:
             raise ValueError(f"hubert.features must be mfcc or teacher, got {cfg.features!r}")
         codebook_KF = torch.from_numpy(load_codebook(cfg.codebook))

@@ -35,7 +35,7 @@ from torch import nn
 from mmptm.batch import SWAPPED, Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.base import Objective
+from mmptm.objectives.base import Objective, PairSimilarity
 from mmptm.registry import OBJECTIVES
 
 
@@ -165,17 +165,15 @@ class ImageTextMatching(Objective):
         super().__init__()
         self.cfg = cfg
         self.head = nn.Linear(width, 2)
-        self._similarity: tuple[nn.Module, ...] = ()  # a plain tuple: not a submodule
+        self._similarity: tuple[PairSimilarity, ...] = ()  # a plain tuple: not a submodule
         init_weights(self)
 
     def bind(self, objectives: nn.ModuleDict) -> None:
         """Hard negatives: find the contrastive objective named by ``similarity``."""
         if self.cfg.negatives != "hard":
             return
-        from mmptm.objectives.contrastive import Contrastive
-
         found = objectives[self.cfg.similarity] if self.cfg.similarity in objectives else None  # noqa: SIM401
-        if not isinstance(found, Contrastive):
+        if not isinstance(found, PairSimilarity):
             raise ValueError(
                 f"itm.negatives=hard needs itm.similarity to name a contrastive objective of the "
                 f"model, got {self.cfg.similarity!r} (objectives: {list(objectives)})"
@@ -190,7 +188,7 @@ class ImageTextMatching(Objective):
     def hard_pairs(self, out: FusionOutput) -> tuple[FusionOutput, torch.Tensor] | None:
         """ALBEF: the fused hard-negative pairs [2B] and the rows they came from [2B, 2]."""
         (sim,) = self._similarity
-        a, b = sim.cfg.modalities
+        a, b = sim.views
         B = out.pooled["joint"].shape[0]
         if a not in out.hidden or b not in out.hidden or B < 2:
             return None

@@ -1,5 +1,6 @@
 """Seeded selection of positions to mask: single positions (MLM, masked region modelling) and
-spans of steps (wav2vec 2.0, HuBERT), plus the span-masking data side of audio views.
+spans of steps (wav2vec 2.0, HuBERT), plus the span-masking data side of audio views and the
+settings its objectives share (:class:`SpanMaskConfig`).
 
 Legend: B batch, N positions (tokens or regions), T steps.
 """
@@ -12,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from mmptm.batch import Batch
+from mmptm.modalities.base import view_prefix
 
 
 def select_positions(
@@ -141,3 +143,32 @@ def span_masking(where: str, prefix: str, mask_prob: float, mask_length: int,
         raise ValueError(f"{where}: mask_length must be >= 1 and min_masks >= 0, got "
                          f"{mask_length}, {min_masks}")  # fmt: skip
     return MaskSpans(prefix, mask_prob, mask_length, min_masks)
+
+
+@dataclass
+class SpanMaskConfig:
+    """The settings of the objectives that mask spans of an audio view (wav2vec 2.0, HuBERT).
+
+    Their ``Config`` inherits it, so recipes keep the keys flat (``mask_prob``, not
+    ``masking.mask_prob``) and a subclass may change a default by declaring the field again;
+    ``type`` and ``weight`` sit here so that they stay an objective's first keys."""
+
+    type: str = ""
+    weight: float = 1.0
+    #: the audio encoder (view, and hidden-state stream) this objective reads
+    modality: str = "audio"
+    #: probability of a real step to start a masked span (fairseq's mask_prob / length)
+    mask_prob: float = 0.065
+    mask_length: int = 10
+    min_masks: int = 2
+
+    @property
+    def prefix(self) -> str:
+        """The batch-key prefix of the view (``""`` for ``audio``)."""
+        return view_prefix("audio", self.modality)
+
+    def span_masking(self) -> MaskSpans:
+        """The checked data side of these settings (errors name the objective's ``type``)."""
+        return span_masking(
+            self.type, self.prefix, self.mask_prob, self.mask_length, self.min_masks
+        )

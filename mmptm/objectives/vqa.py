@@ -1,4 +1,4 @@
-"""VQA v2: the official answer normalisation and soft accuracy, answer vocabularies, the head.
+"""VQA v2: the official answer normalisation and soft score, soft targets, the answer head.
 
 Scoring follows the official evaluation (``vqaEval.py``), re-implemented from its definition:
 
@@ -16,18 +16,19 @@ table to add more).
 
 The ``vqa`` objective is the fine-tuning head: an MLP on the joint pooled vector trained with
 binary cross-entropy against soft scores (``vqa_targets [B,A]``, built with :func:`soft_targets`).
+Its answer vocabulary (and aliases file) are resources: ``mmptm.models`` reads the files and
+hands the lists over. Building a vocabulary from shards: :mod:`mmptm.converters.answers`;
+accuracy over a data set and the official results file: :mod:`mmptm.eval.vqa`.
 
 Legend: B batch, D width, A answers in the vocabulary.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -35,12 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from mmptm.batch import Batch
-from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
-from mmptm.kg.graph import read_aliases
 from mmptm.modalities.base import Need
-from mmptm.objectives.base import Objective
+from mmptm.objectives.base import Aliases, Lines, Objective, Resource
 from mmptm.registry import OBJECTIVES
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +138,7 @@ def soft_targets(
 ) -> dict[int, float]:
     """Training targets {answer index: soft score > 0} for the vocabulary's answers.
 
-    ``vocab`` holds normalised answers (as :func:`build_answer_vocab` returns them), either
+    ``vocab`` holds normalised answers (as :mod:`mmptm.converters.answers` writes them), either
     as a list (index = position) or a mapping answer → index.
     """
     index = vocab if isinstance(vocab, Mapping) else {a: i for i, a in enumerate(vocab)}
@@ -151,83 +150,16 @@ def soft_targets(
     return out
 
 
-def build_answer_vocab(
-    answer_lists: Iterable[Sequence[str]], min_count: int = 9, top_k: int | None = None
-) -> list[str]:
-    """Answer vocabulary: normalised answers given for at least ``min_count`` questions.
-
-    An answer counts once per question however many annotators gave it, so one question
-    cannot put an answer in the vocabulary. Ordered by count (descending), then
-    alphabetically; ``top_k`` then keeps the first k (pass ``min_count=1`` for top-k alone).
-    """
-    counts: Counter[str] = Counter()
-    for answers in answer_lists:
-        counts.update({normalize_answer(a) for a in answers} - {""})
-    ranked = sorted((a for a, c in counts.items() if c >= min_count), key=lambda a: (-counts[a], a))
-    return ranked if top_k is None else ranked[:top_k]
-
-
-def shard_answers(shard_specs: Iterable[str]) -> list[list[str]]:
-    """The raw answer lists of the questions in VQA shards (``json["answers"]``), in order.
-
-    Unreadable samples are skipped and counted like in training; a question without
-    answers (a test split) gives an empty list.
-    """
-    handler = SkipCounter()
-    lists = []
-    for spec in shard_specs:
-        for sample in tar_samples(expand_shards(spec), handler):
-            if "json" not in sample:
-                continue
-            try:
-                lists.append([str(a) for a in json.loads(sample["json"]).get("answers") or []])
-            except (ValueError, AttributeError) as e:
-                handler.skip(sample, f"bad json: {e}")
-    return lists
-
-
-def write_answer_vocab(vocab: Sequence[str], path: str | Path) -> None:
-    """One answer per line, the format the ``vqa`` objective's ``answers`` reads."""
-    Path(path).write_text("".join(f"{a}\n" for a in vocab), encoding="utf-8")
-
-
-def read_answer_vocab(path: str | Path) -> list[str]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"answer vocabulary not found: {path}")
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def vqa_accuracy(predictions: Mapping[int, str], answers: Mapping[int, Sequence[str]]) -> float:
-    """Mean official accuracy ×100 (a percentage, as the official script prints) over the
-    predicted questions."""
-    if not predictions:
-        raise ValueError("vqa_accuracy: no predictions")
-    unknown = [q for q in predictions if q not in answers]
-    if unknown:
-        raise KeyError(f"vqa_accuracy: {len(unknown)} predicted questions have no answers, "
-                       f"e.g. {unknown[:3]}")  # fmt: skip
-    total = sum(soft_score(answers[q], a) for q, a in predictions.items())
-    return 100.0 * total / len(predictions)
-
-
-def write_results(predictions: Mapping[int, str], path: str | Path) -> None:
-    """The official results file: ``[{"question_id": int, "answer": str}, ...]``."""
-    rows = [{"question_id": int(q), "answer": a} for q, a in sorted(predictions.items())]
-    Path(path).write_text(json.dumps(rows), encoding="utf-8")
-
-
-def read_results(path: str | Path) -> dict[int, str]:
-    return {int(r["question_id"]): r["answer"] for r in json.loads(Path(path).read_text())}
-
-
 # --------------------------------------------------------------------------------------------
 # Head
 
 
-def answer_entity_rows(answers: Sequence[str], aliases: str, fusion: object) -> list[int]:
-    """Per answer, the entity-table row of the entity one of whose aliases it is (both
-    normalised as VQA answers), -1 for none; an alias of two entities names neither."""
+def answer_entity_rows(
+    answers: Sequence[str], aliases: Mapping[str, Sequence[str]], fusion: object, where: str = ""
+) -> list[int]:
+    """Per answer, the entity-table row of the entity one of whose ``aliases`` (entity id →
+    names) it is (both normalised as VQA answers), -1 for none; an alias of two entities
+    names neither. ``where``: the aliases file, for errors."""
     table = getattr(fusion, "entities", None)
     if table is None or not getattr(table, "names", None):
         raise ValueError(
@@ -239,7 +171,7 @@ def answer_entity_rows(answers: Sequence[str], aliases: str, fusion: object) -> 
         raise ValueError("vqa.answer_entities needs the answer vocabulary (vqa.answers)")
     row_of = {name: i for i, name in enumerate(table.names)}
     owner: dict[str, int] = {}
-    for entity, names in read_aliases(aliases).items():
+    for entity, names in aliases.items():
         if entity not in row_of:
             continue
         row = row_of[entity]
@@ -249,7 +181,7 @@ def answer_entity_rows(answers: Sequence[str], aliases: str, fusion: object) -> 
     if all(r < 0 for r in rows):
         raise ValueError(
             f"vqa.answer_entities: none of the {len(answers)} answers is an alias of an entity "
-            f"of the table in {aliases}"
+            f"of the table in {where}"
         )
     return rows
 
@@ -309,15 +241,40 @@ class VQAHead(Objective):
         layer_norm_eps: float = 1e-12
 
     @classmethod
-    def data_transform(cls, cfg: Config, vocab: object) -> SoftTargets | None:
-        return SoftTargets(tuple(read_answer_vocab(cfg.answers))) if cfg.answers else None
+    def resources(cls, cfg: Config) -> dict[str, Resource]:
+        """``answers`` (the data side's too) and ``aliases``: the files the config names."""
+        out: dict[str, Resource] = {}
+        if cfg.answers:
+            out["answers"] = Lines("vqa.answers", cfg.answers, data_side=True)
+        if cfg.answer_entities:
+            out["aliases"] = Aliases("vqa.answer_entities", cfg.answer_entities)
+        return out
+
+    @classmethod
+    def data_transform(
+        cls, cfg: Config, vocab: object, answers: Sequence[str] | None = None
+    ) -> SoftTargets | None:
+        if not cfg.answers:
+            return None
+        if answers is None:
+            raise ValueError(f"vqa: the data side needs the answers of {cfg.answers} (resources)")
+        return SoftTargets(tuple(answers))
 
     def __init__(
-        self, cfg: Config, *, width: int, fusion: nn.Module | None = None, **_: object
-    ) -> None:
+        self, cfg: Config, *, width: int, fusion: nn.Module | None = None,
+        answers: Sequence[str] | None = None, aliases: Mapping[str, Sequence[str]] | None = None,
+        **_: object,
+    ) -> None:  # fmt: skip
+        """``answers``, ``aliases``: the lists of ``cfg.answers``, ``cfg.answer_entities``
+        (see :meth:`resources`)."""
         super().__init__()
         self.cfg = cfg
-        self.answers: list[str] = read_answer_vocab(cfg.answers) if cfg.answers else []
+        if (cfg.answers and answers is None) or (cfg.answer_entities and aliases is None):
+            raise ValueError(
+                "vqa: the answer and aliases files are read by mmptm.models (build the "
+                "objective with mmptm.models.resources.build_objective)"
+            )
+        self.answers: list[str] = list(answers or []) if cfg.answers else []
         n = cfg.num_answers or len(self.answers)
         if n < 1:
             raise ValueError("vqa needs an answer vocabulary: set vqa.answers or vqa.num_answers")
@@ -338,7 +295,7 @@ class VQAHead(Objective):
         self._fusion = (fusion,)  # a tuple keeps the fusion's modules out of this one
         self.to_entity: nn.Linear | None = None
         if cfg.answer_entities:
-            rows = answer_entity_rows(self.answers, cfg.answer_entities, fusion)
+            rows = answer_entity_rows(self.answers, aliases or {}, fusion, cfg.answer_entities)
             self.register_buffer("answer_rows", torch.tensor(rows), persistent=False)
             self.to_entity = nn.Linear(hidden, fusion.cfg.entity_dim, bias=False)
         init_weights(self)

@@ -50,9 +50,8 @@ from torch import nn
 from mmptm.batch import Batch
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.modalities.base import view_prefix
 from mmptm.objectives.base import Objective, encoder_target_dim
-from mmptm.objectives.masking import MaskSpans, audio_encoder, span_masking
+from mmptm.objectives.masking import MaskSpans, SpanMaskConfig, audio_encoder
 from mmptm.registry import OBJECTIVES
 
 
@@ -156,15 +155,8 @@ class Wav2Vec2(Objective):
     """Masked contrastive prediction of quantised local features, plus codebook diversity."""
 
     @dataclass
-    class Config:
+    class Config(SpanMaskConfig):
         type: str = "wav2vec2"
-        weight: float = 1.0
-        #: the audio encoder (view, and hidden-state stream) this objective reads
-        modality: str = "audio"
-        #: probability of a real step to start a masked span (fairseq's mask_prob / length)
-        mask_prob: float = 0.065
-        mask_length: int = 10
-        min_masks: int = 2
         #: quantiser: groups G, entries per group V, codevector width C (concatenated)
         groups: int = 2
         entries: int = 320
@@ -184,10 +176,7 @@ class Wav2Vec2(Objective):
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskSpans:
-        return span_masking(
-            "wav2vec2", view_prefix("audio", cfg.modality), cfg.mask_prob, cfg.mask_length,
-            cfg.min_masks,
-        )  # fmt: skip
+        return cfg.span_masking()
 
     def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:
         super().__init__()
@@ -199,7 +188,7 @@ class Wav2Vec2(Objective):
                 "wav2vec2: need 0 < min_temperature <= max_temperature, 0 < temperature_decay <= 1"
             )
         self.cfg = cfg
-        self.prefix = view_prefix("audio", cfg.modality)
+        self.prefix = cfg.prefix
         feat = encoder_target_dim(enc, cfg.target_dim, f"wav2vec2.modality={cfg.modality!r}")
         self.quantizer = GumbelQuantizer(feat, cfg.groups, cfg.entries, cfg.codevector_dim)
         self.project_q = nn.Linear(cfg.codevector_dim, cfg.final_dim)

@@ -9,7 +9,8 @@ vector to its nearest row. :func:`fit_codebook` is ``mmptm units fit``: read (a 
 reservoir sample of) the vectors, cluster, write the ``.npy`` [K,F] float32 codebook and a
 json sidecar (k, dim, inertia, vectors used, source shards). The vectors are a member's
 ``[T,F]`` array, or whatever a ``featurize`` callable makes of each sample (HuBERT's MFCC or
-teacher features of the audio: ``mmptm.objectives.audio_units``, the objective's own code).
+teacher features of the audio: ``mmptm.objectives.audio_units``, the objective's own code,
+the teacher loaded by ``mmptm.models.resources``).
 Legend: N vectors, F their width, K centroids.
 """
 
@@ -30,6 +31,7 @@ from mmptm.encoders.base import VocabInfo
 from mmptm.modalities.audio_io import AUDIO_MEMBERS, read_audio, resample
 from mmptm.modalities.base import Sample
 from mmptm.modalities.features import load_vectors, nearest
+from mmptm.models.resources import load_encoder
 from mmptm.objectives.audio_units import (
     SAMPLE_RATE,
     Featurizer,
@@ -303,14 +305,15 @@ def build_featurizer(
     spec: str, layer: int = 0, *, view: str = "audio", teacher_view: str = "",
     vocab: VocabInfo | None = None, device: str | torch.device = "cpu",
 ) -> Featurizer:  # fmt: skip
-    """``mfcc``, or a run dir / checkpoint whose audio encoder at ``layer`` is the teacher."""
+    """``mfcc``, or a run dir / checkpoint (sharded ones too) whose audio encoder at ``layer``
+    is the teacher, loaded as the ``hubert`` objective's (:func:`~mmptm.models.resources.
+    load_encoder`)."""
     if spec == "mfcc":
         return MfccFeaturizer()
     if not layer:
         raise ValueError(f"--audio-features {spec}: a teacher run needs --layer L (>= 1)")
-    return TeacherFeaturizer(
-        spec, layer, view=view, teacher_view=teacher_view, vocab=vocab, device=device
-    )
+    encoder = load_encoder(spec, modality="audio", view=teacher_view, name=view, vocab=vocab)
+    return TeacherFeaturizer(encoder.to(device), layer, run=spec)
 
 
 def audio_sample_featurizer(

@@ -90,6 +90,41 @@ def test_audio_base_recipes_build_at_published_shapes(recipe, tiny_world, tmp_pa
 
 
 @pytest.mark.slow
+def test_hubert_iteration_2_learns_from_a_sharded_teacher_run(tiny_world, speech_world, tmp_path):
+    """A one-process ``train.parallel=fsdp`` run writes ``step_N.dcp``: ``units fit`` fits a
+    codebook on its layer 1 and HuBERT's second iteration trains against it, the teacher
+    being that run's audio encoder, loaded by mmptm.models."""
+    from mmptm.models import checkpoint
+
+    teacher = tmp_path / "w2v"
+    over = ["train.max_steps=2", "train.parallel=fsdp"]
+    pretrain(_config("wav2vec2_tiny", tiny_world, speech_world, teacher, over))
+    ckpt = checkpoint.read(teacher)
+    assert ckpt.path.suffix == ".dcp"
+    book = tmp_path / "teacher_k8.npy"
+    audio = f"{tiny_world}/audio/train-*.tar"
+    record = fit_audio_codebook(audio, book, features=str(teacher), layer=1, k=8, seed=0)
+    assert record["features"] == {"kind": "teacher", "run": str(teacher), "layer": 1}
+    hubert = [
+        "model.objectives.hubert.features=teacher", f"model.objectives.hubert.teacher={teacher}",
+        "model.objectives.hubert.teacher_layer=1", f"model.objectives.hubert.codebook={book}",
+    ]  # fmt: skip
+    cfg = _config("hubert_tiny", tiny_world, speech_world, tmp_path / "hubert", hubert)
+    torch.manual_seed(0)
+    model, _ = build_model(cfg)
+    enc = model.objectives["hubert"].featurizer.encoder
+    for k, v in enc.state_dict().items():  # the run's weights, frozen, outside the model
+        torch.testing.assert_close(v, ckpt.model[f"encoders.audio.{k}"])
+    assert not any(p.requires_grad for p in enc.parameters())
+    assert not any(k.startswith("objectives.hubert.featurizer") for k in model.state_dict())
+    stream = stream_config(
+        cfg.data, None, needs=model.data_needs(), transforms=data_transforms(cfg.model, NO_TEXT)
+    )
+    out = model.train()(next(Loader(stream, 0)._epoch_batches()))
+    assert torch.isfinite(out.terms["hubert_loss"]) and out.terms["hubert_acc_masked"] >= 0
+
+
+@pytest.mark.slow
 def test_speechbert_audio_encoder_carries_over_to_speech_image(tiny_world, speech_world, tmp_path):
     cfg = _config(
         "speechbert_tiny", tiny_world, speech_world, tmp_path / "sb", ["train.max_steps=2"]

@@ -1,6 +1,7 @@
 """HuBERT: MFCC frames aligned with the conv feature encoder's steps, unit targets against an
 independent nearest-centroid computation, the loss against explicit logits, a frozen teacher
-run, and ``mmptm units fit --audio-features`` over audio shards."""
+run (a ``.pt`` or a sharded ``.dcp`` checkpoint, loaded by ``mmptm.models``), and ``mmptm units
+fit --audio-features`` over audio shards."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from mmptm.encoders.base import Encoder, ModalityTokens
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.audio_io import conv_steps, encode_audio
 from mmptm.modalities.base import Need
+from mmptm.models import checkpoint
+from mmptm.models.resources import build_objective
 from mmptm.objectives.audio_units import (
     WAV2VEC2_STEPS,
     MfccFeaturizer,
@@ -143,7 +146,7 @@ def _hubert(codebook: np.ndarray, tmp_path=None, width: int = 8, **cfg) -> Huber
     path = folder / "codebook.npy"
     np.save(path, codebook)
     encoders = nn.ModuleDict({"audio": AudioStub(width)})
-    return Hubert(Hubert.Config(codebook=str(path), **cfg), width=width, encoders=encoders)
+    return build_objective(Hubert.Config(codebook=str(path), **cfg), width=width, encoders=encoders)
 
 
 def test_loss_is_cosine_cross_entropy_on_masked_steps(tmp_path) -> None:
@@ -219,8 +222,9 @@ def test_config_errors_and_codebook_checks(tmp_path) -> None:
 # Iteration 2: a teacher run
 
 
-def _teacher_run(tmp_path, hidden: int = 6):
-    """A run dir with two checkpoints of a TeacherStub model (the later one is the teacher)."""
+def _teacher_run(tmp_path, hidden: int = 6, sharded: bool = False):
+    """A run dir with two checkpoints of a TeacherStub model (the later one is the teacher);
+    ``sharded``: the later one is a ``.dcp`` folder, as a ``train.parallel=fsdp`` run writes."""
     run = tmp_path / "run1"
     config = {"model": {"width": 8, "encoders": {"speech": {"type": "test_hubert_teacher",
                                                             "hidden": hidden}}}}  # fmt: skip
@@ -232,14 +236,21 @@ def _teacher_run(tmp_path, hidden: int = 6):
         model["fusion.x"] = torch.zeros(1)
         (run / "checkpoints").mkdir(parents=True, exist_ok=True)
         ranks = [{"rng": np.random.get_state()}]  # as real checkpoints: not weights only
-        state = {"step": step, "model": model, "config": config, "ranks": ranks}
-        torch.save(state, run / "checkpoints" / f"step_{step:08d}.pt")
+        if sharded and step == 7:
+            checkpoint.write_sharded(run / "checkpoints", step, state={"model": model},
+                                     config=config, ranks=ranks)  # fmt: skip
+        else:
+            state = {"step": step, "model": model, "config": config, "ranks": ranks}
+            torch.save(state, run / "checkpoints" / f"step_{step:08d}.pt")
         stubs.append(stub)
     return run, stubs[-1].eval()
 
 
-def test_teacher_targets_come_from_the_latest_checkpoint_without_masks(tmp_path) -> None:
-    run, stub = _teacher_run(tmp_path)
+@pytest.mark.parametrize("sharded", [False, True], ids=["pt", "dcp"])
+def test_teacher_targets_come_from_the_latest_checkpoint_without_masks(tmp_path, sharded) -> None:
+    run, stub = _teacher_run(tmp_path, sharded=sharded)
+    newest = checkpoint.resolve(run)
+    assert newest.name == ("step_00000007.dcp" if sharded else "step_00000007.pt")
     wave, mask, steps = _waves([16000, 10000])
     wave = torch.stack([normalize_wave(w) for w in wave]) * mask  # what the plug-in would give
     with torch.no_grad():
@@ -323,8 +334,9 @@ def test_units_fit_on_mfcc_of_audio_shards(tmp_path, capsys) -> None:
     Hubert(Hubert.Config(codebook=str(out)), width=8, encoders=encoders)
 
 
-def test_units_fit_on_a_teacher_run(tmp_path) -> None:
-    run, stub = _teacher_run(tmp_path)
+@pytest.mark.parametrize("sharded", [False, True], ids=["pt", "dcp"])
+def test_units_fit_on_a_teacher_run(tmp_path, sharded) -> None:
+    run, stub = _teacher_run(tmp_path, sharded=sharded)
     spec, kept = _audio_shards(tmp_path)
     out = tmp_path / "teacher.npy"
     argv = ["units", "fit", "--shards", spec, "--k", "3", "--audio-features", str(run),
@@ -338,9 +350,9 @@ def test_units_fit_on_a_teacher_run(tmp_path) -> None:
     with torch.no_grad():
         x = normalize_wave(torch.from_numpy(wave))[None]
         want = stub.layer_features({"speech_audio": x}, 1)[0]
-    from mmptm.objectives.audio_units import TeacherFeaturizer
+    from mmptm.train.units import build_featurizer
 
-    got = TeacherFeaturizer(run, 1).utterance(torch.from_numpy(wave))
+    got = build_featurizer(str(run), 1).utterance(torch.from_numpy(wave))
     torch.testing.assert_close(got, want)
     assert main(["units", "fit", "--shards", spec, "--k", "3", "--audio-features", str(run),
                  "--out", str(out)]) == 2  # fmt: skip

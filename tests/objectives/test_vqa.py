@@ -1,29 +1,18 @@
-"""VQA: official normalisation and soft accuracy (hand-worked), vocabularies, results, head.
+"""VQA's objective: official normalisation and soft score (hand-worked), soft targets, head.
 
 Legend: B batch, D width, A answers.
 """
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 
+from mmptm.converters.answers import write_answer_vocab
 from mmptm.fusion.base import FusionOutput
-from mmptm.objectives.vqa import (
-    VQAHead,
-    build_answer_vocab,
-    normalize_answer,
-    read_answer_vocab,
-    read_results,
-    soft_score,
-    soft_targets,
-    vqa_accuracy,
-    write_answer_vocab,
-    write_results,
-)
+from mmptm.models.resources import build_objective
+from mmptm.objectives.vqa import VQAHead, normalize_answer, soft_score, soft_targets
 from mmptm.registry import OBJECTIVES
 
 WIDTH = 16
@@ -95,41 +84,6 @@ def test_soft_targets() -> None:
     assert soft_targets(answers, {"no": 7}) == {7: pytest.approx(1.0)}
 
 
-def test_build_answer_vocab_counts_questions_and_orders() -> None:
-    lists = (
-        [["yes"] * 10] * 3  # "yes" in 3 questions (30 answers)
-        + [["no"] * 9 + ["Yes"]] * 2  # "no" in 2; "yes" in 2 more → 5
-        + [["two", "2"]] * 2  # "2" in 2 (once per question)
-        + [["blue"], ["red"]]
-    )
-    assert build_answer_vocab(lists, min_count=1) == ["yes", "2", "no", "blue", "red"]
-    assert build_answer_vocab(lists, min_count=2) == ["yes", "2", "no"]
-    assert build_answer_vocab(lists, min_count=1, top_k=2) == ["yes", "2"]
-    assert build_answer_vocab(lists) == []  # default min_count=9
-
-
-def test_accuracy_and_results_round_trip(tmp_path) -> None:
-    answers = {1: ["yes"] * 3 + ["no"] * 7, 2: ["2"] * 10, 7: ["cat"] * 10}
-    preds = {1: "yes", 2: "Two", 7: "dog"}
-    # (0.9 + 1 + 0) / 3 · 100
-    assert vqa_accuracy(preds, answers) == pytest.approx(190 / 3)
-    with pytest.raises(KeyError):
-        vqa_accuracy({99: "yes"}, answers)
-    path = tmp_path / "results.json"
-    write_results(preds, path)
-    rows = json.loads(path.read_text())
-    assert rows == [
-        {"question_id": 1, "answer": "yes"},
-        {"question_id": 2, "answer": "Two"},
-        {"question_id": 7, "answer": "dog"},
-    ]
-    assert all(type(r["question_id"]) is int for r in rows)
-    assert read_results(path) == preds
-    vocab_path = tmp_path / "answers.txt"
-    write_answer_vocab(["yes", "no", "black and white"], vocab_path)
-    assert read_answer_vocab(vocab_path) == ["yes", "no", "black and white"]
-
-
 # ---------------------------------------------------------------------------------------------
 # Head
 
@@ -138,7 +92,7 @@ def _head(tmp_path, **cfg) -> VQAHead:
     path = tmp_path / "answers.txt"
     write_answer_vocab(["yes", "no", "2", "red", "dog"], path)
     torch.manual_seed(0)
-    return VQAHead(VQAHead.Config(answers=str(path), **cfg), width=WIDTH)
+    return build_objective(VQAHead.Config(answers=str(path), **cfg), width=WIDTH)
 
 
 def test_vqa_head_loss_score_and_predict(tmp_path) -> None:
@@ -172,6 +126,8 @@ def test_vqa_head_config_errors(tmp_path) -> None:
     with pytest.raises(ValueError, match="num_answers=3"):
         _head(tmp_path, num_answers=3)
     with pytest.raises(FileNotFoundError):
+        build_objective(VQAHead.Config(answers=str(tmp_path / "missing.txt")), width=WIDTH)
+    with pytest.raises(ValueError, match="read by mmptm.models"):  # objectives read no files
         VQAHead(VQAHead.Config(answers=str(tmp_path / "missing.txt")), width=WIDTH)
     head = VQAHead(VQAHead.Config(num_answers=7, hidden_mult=3), width=WIDTH)
     assert head.head[0].out_features == 3 * WIDTH and head.head[-1].out_features == 7
@@ -193,17 +149,18 @@ def test_vqa_data_side_turns_raw_answers_into_soft_targets():
     assert t({"x": 1}, torch.Generator()) == {"x": 1}  # no answers: left alone
 
 
-def test_shard_answers_reads_every_question_and_skips_corrupt_json(tmp_path):
-    from mmptm.data.shards import ShardWriter
-    from mmptm.objectives.vqa import shard_answers
+def test_vqa_data_side_is_handed_the_answer_file(tmp_path):
+    from mmptm.encoders.base import VocabInfo
+    from mmptm.models.resources import objective_data_transform
+    from mmptm.objectives.vqa import SoftTargets
 
-    with ShardWriter(str(tmp_path / "q-%06d.tar"), max_count=2) as w:
-        w.write({"__key__": "a", "json": {"question": "q", "answers": ["yes", "Yes", "no"]}})
-        w.write({"__key__": "b", "json": b"{not json"})
-        w.write({"__key__": "c", "json": {"question": "test split: no answers"}})
-        w.write({"__key__": "d", "txt": "no json member"})
-    lists = shard_answers([str(tmp_path / "q-*.tar")])
-    assert lists == [["yes", "Yes", "no"], []]
+    write_answer_vocab(["yes", "no", "2"], tmp_path / "answers.txt")
+    vocab = VocabInfo(vocab_size=8)
+    cfg = VQAHead.Config(answers=str(tmp_path / "answers.txt"))
+    assert objective_data_transform(cfg, vocab) == SoftTargets(("yes", "no", "2"))
+    assert objective_data_transform(VQAHead.Config(num_answers=3), vocab) is None
+    with pytest.raises(ValueError, match="needs the answers"):  # objectives read no files
+        VQAHead.data_transform(cfg, vocab)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +186,7 @@ def _entity_head(tmp_path, knowledge: bool = True):
                        tmp_path / "answers.txt")  # fmt: skip
     cfg = VQAHead.Config(answers=str(tmp_path / "answers.txt"),
                          answer_entities=str(tmp_path / "aliases.txt"))  # fmt: skip
-    return fusion, VQAHead(cfg, width=WIDTH, fusion=fusion)
+    return fusion, build_objective(cfg, width=WIDTH, fusion=fusion)
 
 
 def test_answer_entities_map_aliases_to_table_rows(tmp_path) -> None:
@@ -276,8 +233,8 @@ def test_answer_entities_errors(tmp_path) -> None:
     cfg = VQAHead.Config(answers=str(tmp_path / "answers.txt"),
                          answer_entities=str(tmp_path / "aliases.txt"))  # fmt: skip
     with pytest.raises(ValueError, match="has none"):
-        VQAHead(cfg, width=WIDTH, fusion=torch.nn.Identity())
+        build_objective(cfg, width=WIDTH, fusion=torch.nn.Identity())
     (tmp_path / "table").mkdir()
     fusion, _ = _entity_head(tmp_path / "table")
     with pytest.raises(ValueError, match="none of the 2 answers"):
-        VQAHead(cfg, width=WIDTH, fusion=fusion)
+        build_objective(cfg, width=WIDTH, fusion=fusion)

@@ -8,8 +8,9 @@ import pytest
 from conftest import ROOT, tiny_overrides
 
 from mmptm.cli import main
+from mmptm.converters.answers import read_answer_vocab
 from mmptm.eval.vqa import evaluate_vqa
-from mmptm.objectives.vqa import read_answer_vocab, soft_score
+from mmptm.objectives.vqa import soft_score
 from mmptm.recipe import load_run_config
 from mmptm.train.trainer import pretrain
 
