@@ -36,22 +36,17 @@ import numpy as np
 import torch
 
 from mmptm import toyworld
+from mmptm.converters.answers import build_answer_vocab, shard_answers, write_answer_vocab
 from mmptm.converters.spans import convert_spans
 from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.eval.cloze import SPAN, evaluate_cloze, rank_metrics, realistic_ranks, score_queries
-from mmptm.eval.curves import plot_curves
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
-from mmptm.objectives.vqa import (
-    build_answer_vocab,
-    shard_answers,
-    soft_score,
-    write_answer_vocab,
-)
+from mmptm.objectives.vqa import soft_score
 from mmptm.recipe import load_run_config
-from mmptm.studies import relocated
+from mmptm.studies.common import LANGS, draw_curves, relocated
 from mmptm.tokenizers.sentencepiece import train_tokenizer
 from mmptm.toyworld.knowledge import FACT_RELATIONS, build_world, pictured_fact_sentence
 from mmptm.toyworld.scene import Obj
@@ -69,7 +64,6 @@ KNOWLEDGE_RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ernie_vl_tiny": ("vqa", ("model.fusion.knowledge=false",)),
 }
 KNOWLEDGE_DEMO = ("ernie_tiny",)
-LANGS = ("en", "de", "fr", "ru", "es")
 #: the cloze templates: index 0 a paraphrase the training text never uses, 1 its own wording
 CLOZE_WORDINGS = {"text wording": 1, "paraphrase": 0}
 GROUPS = ("text", "graph")
@@ -323,10 +317,8 @@ def knowledge_study(
             result["times_s"] = times
             (out / "results.json").write_text(json.dumps(result, indent=2))
     print("\n" + format_knowledge(result))
-    path = plot_curves(runs, ["*_loss", "*_acc"], out / "curves.png",
-                       title="knowledge pre-training, with and without the graph",
-                       skip_missing=True)  # fmt: skip
-    print(f"training curves: {path}")
+    draw_curves(out, "curves.png", runs, ["*_loss", "*_acc"],
+                "knowledge pre-training, with and without the graph")  # fmt: skip
     return result
 
 

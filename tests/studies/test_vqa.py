@@ -10,7 +10,7 @@ import pytest
 from mmptm.cli import main
 from mmptm.models.load import build_model
 from mmptm.recipe import load_run_config
-from mmptm.studies import VL_RUNS, model_budget
+from mmptm.studies.vqa import VL_RUNS, model_budget
 
 #: one pre-norm block at width 128, MLP 512: attention 4·128² + 4·128, MLP 2·128·512 + 512 +
 #: 128, two layer norms 4·128; after the stack its closing layer norm 2·128 and the pooler

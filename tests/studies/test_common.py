@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmptm.studies import recipe_views, relocated
+from mmptm.studies.common import recipe_views, relocated
 
 
 def test_every_toyworld_path_of_a_recipe_moves_with_its_key():
