@@ -5,7 +5,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install browser demo test lint format bench clean
+.PHONY: install browser demo test lint format bench docs docs-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,7 @@ test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(MAKE) --no-print-directory docs-build
 	$(VENV)/bin/pytest -q
 
 lint: $(STAMP)
@@ -46,5 +47,17 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_pretrain.py
 
+# The documentation site (mkdocs.yml, docs/): `docs` builds it and serves it with live reload at
+# http://127.0.0.1:8000; `docs-build` builds it strictly into site/ (a warning, e.g. a broken
+# link or a page missing from the nav, is an error), offline. The two variables silence the
+# banners MkDocs plug-ins print about a future MkDocs 2.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true
+
+docs: $(STAMP)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve
+
+docs-build: $(STAMP)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict --clean --site-dir site
+
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs site .pytest_cache .ruff_cache
