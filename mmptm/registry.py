@@ -3,6 +3,9 @@
 A registered part is a class with a nested ``Config`` dataclass whose first field is
 ``type: str``. Recipes name parts by that string; the config loader validates the part's keys
 against its ``Config`` and the part is built with ``Part(cfg, **context)``.
+
+Command-line sub-commands that plug in the same way (``mmptm data NAME``: one per converter)
+register in :class:`Commands`, as a parser and the function it runs.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 import pkgutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+Run = TypeVar("Run", bound=Callable[..., int])
 
 
 class RegistryError(KeyError):
@@ -94,3 +99,65 @@ def import_all(package: str, path: Iterable[str]) -> None:
     """
     for info in sorted(pkgutil.iter_modules(list(path)), key=lambda i: i.name):
         importlib.import_module(f"{package}.{info.name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command-line sub-command, declared in the module that does its work."""
+
+    name: str
+    summary: str  #: one line, listed in the group's --help
+    add_arguments: Callable[[Any], None]  #: (argparse.ArgumentParser) -> None
+    run: Callable[[Any], int]  #: (argparse.Namespace) -> exit status
+
+
+class Commands:
+    """The sub-commands of one command group, registered by the modules that implement them.
+
+    Unlike a :class:`Registry` of parts (built from a recipe's ``Config``), an entry here is a
+    parser and the function it runs: the CLI adds a sub-parser per entry, so a new command is
+    one registered function in its own module and nothing else names it. The packages that
+    define entries are imported on the first lookup.
+    """
+
+    def __init__(self, kind: str, packages: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.packages = packages
+        self._loaded = False
+        self._commands: dict[str, Command] = {}
+
+    def register(
+        self, name: str, summary: str, add_arguments: Callable[[Any], None]
+    ) -> Callable[[Run], Run]:
+        """Decorate the function a command runs; ``add_arguments`` adds its flags to a parser."""
+
+        def deco(run: Run) -> Run:
+            if name in self._commands:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._commands[name] = Command(name, summary, add_arguments, run)
+            return run
+
+        return deco
+
+    def __iter__(self) -> Iterator[Command]:
+        """The commands in the order of their names."""
+        if not self._loaded:
+            self._loaded = True
+            for package in self.packages:
+                import_all(package, importlib.import_module(package).__path__)
+        return iter(sorted(self._commands.values(), key=lambda c: c.name))
+
+
+#: ``mmptm data NAME``: the converters (one module per format family) and toyworld's generator
+CONVERTERS = Commands("data command", ("mmptm.converters", "mmptm.toyworld"))
+
+
+def default_of(fn: Callable[..., Any], name: str) -> Any:
+    """The default of ``fn``'s parameter ``name``, so that a command-line flag states it once.
+
+    ``fn`` is a function or a dataclass (its fields are ``__init__``'s parameters).
+    """
+    default = inspect.signature(fn).parameters[name].default
+    if default is inspect.Parameter.empty:
+        raise TypeError(f"{fn.__qualname__}: parameter {name!r} has no default")
+    return default

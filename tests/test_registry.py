@@ -9,7 +9,15 @@ import pytest
 import mmptm.encoders
 import mmptm.fusion
 import mmptm.objectives  # noqa: F401  (registers the parts)
-from mmptm.registry import ENCODERS, FUSIONS, OBJECTIVES, Registry, RegistryError
+from mmptm.registry import (
+    ENCODERS,
+    FUSIONS,
+    OBJECTIVES,
+    Commands,
+    Registry,
+    RegistryError,
+    default_of,
+)
 
 
 def _registry_with_parts() -> Registry:
@@ -110,3 +118,30 @@ def test_builtin_parts_are_registered() -> None:
         for name in reg.names():
             cfg = reg.config_class(name)()
             assert cfg.type == name, f"{reg.kind} {name!r} has Config.type {cfg.type!r}"
+
+
+def test_commands_are_listed_by_name_and_registered_once() -> None:
+    commands = Commands("widget command", ())
+
+    @commands.register("zeta", "the last", lambda p: None)
+    def zeta(args) -> int:
+        return 0
+
+    commands.register("alpha", "the first", lambda p: None)(lambda args: 1)
+    assert [(c.name, c.summary) for c in commands] == [("alpha", "the first"), ("zeta", "the last")]
+    assert next(iter(commands)).run(None) == 1 and zeta(None) == 0  # the function is kept
+    with pytest.raises(ValueError, match="'zeta' is registered twice"):
+        commands.register("zeta", "again", lambda p: None)(zeta)
+
+
+def test_default_of_reads_a_signature_or_a_dataclass() -> None:
+    @dataclass
+    class Settings:
+        size: int = 3
+
+    def fit(data, *, iters: int = 100, seed=None) -> None: ...
+
+    assert default_of(fit, "iters") == 100 and default_of(fit, "seed") is None
+    assert default_of(Settings, "size") == 3
+    with pytest.raises(TypeError, match="'data' has no default"):
+        default_of(fit, "data")

@@ -9,6 +9,7 @@ strings the soft targets compare.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -17,6 +18,7 @@ from pathlib import Path
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.models.resources import read_lines
 from mmptm.objectives.vqa import normalize_answer
+from mmptm.registry import CONVERTERS, default_of
 
 
 def build_answer_vocab(
@@ -62,6 +64,23 @@ def write_answer_vocab(vocab: Sequence[str], path: str | Path) -> None:
 def read_answer_vocab(path: str | Path) -> list[str]:
     """The answers of a vocabulary file, in order: the list the ``vqa`` objective is handed."""
     return read_lines(path, "answer vocabulary")
+
+
+def _answers_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", nargs="+", required=True, help="VQA shards")
+    p.add_argument("--out", required=True, help="answers file, one per line")
+    p.add_argument("--min-count", type=int, default=default_of(build_answer_vocab, "min_count"),
+                   help="questions an answer must occur in")  # fmt: skip
+    p.add_argument("--top-k", type=int, default=default_of(build_answer_vocab, "top_k"))
+
+
+@CONVERTERS.register("answers", "VQA answer vocabulary from training shards", _answers_arguments)
+def _answers_command(args: argparse.Namespace) -> int:
+    lists = shard_answers(args.input)
+    vocab = build_answer_vocab(lists, min_count=args.min_count, top_k=args.top_k)
+    write_answer_vocab(vocab, args.out)
+    print(f"{len(vocab)} answers (of {len(lists)} questions) → {args.out}")
+    return 0
 
 
 __all__ = ["build_answer_vocab", "read_answer_vocab", "shard_answers", "write_answer_vocab"]

@@ -29,6 +29,7 @@ the same input gives byte-identical shards.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import logging
 import os
@@ -37,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmptm.converters import print_stats
 from mmptm.converters.text import SkipStats
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities.audio_io import (
@@ -47,6 +49,7 @@ from mmptm.modalities.audio_io import (
     resample,
 )
 from mmptm.progress import progress_bar
+from mmptm.registry import CONVERTERS, default_of
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -625,3 +628,83 @@ def convert_librispeech(
             writer.write({"__key__": key, "flac": flac, "txt": transcript, "json": record})
             stats.written += 1
     return clips.finish(Path(out_dir) / f"{split}-missing.txt", writer.shards)
+
+
+# ---------------------------------------------------------------------------------------------
+# mmptm data clotho | audiocaps | esc50 | librispeech
+
+
+def _common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="shard folder")
+    p.add_argument("--shard-size", type=int, default=default_of(convert_clotho, "shard_size"),
+                   help=f"clips (default {DEFAULT_SHARD_SIZE})")  # fmt: skip
+    p.add_argument("--sample-rate", type=int, default=default_of(convert_clotho, "sample_rate"),
+                   help="resample to this rate (default: keep each file's)")  # fmt: skip
+    p.add_argument("--no-probe", action="store_true",
+                   help="copy flac files after reading their header only "
+                        "(default: decode each whole to find broken ones)")  # fmt: skip
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _csv_arguments(p: argparse.ArgumentParser) -> None:
+    _common_arguments(p)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--audio-dir", required=True)
+    p.add_argument("--split", default=None,
+                   help="shard name prefix (default: from the CSV file name)")  # fmt: skip
+
+
+def _root_arguments(p: argparse.ArgumentParser) -> None:
+    _common_arguments(p)
+    p.add_argument("--root", required=True, help="e.g. ESC-50-master, "
+                   "LibriSpeech/train-clean-100")  # fmt: skip
+
+
+def _librispeech_arguments(p: argparse.ArgumentParser) -> None:
+    _root_arguments(p)
+    p.add_argument("--split", default=None,
+                   help="shard name prefix (default: from the root folder name)")  # fmt: skip
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return dict(shard_size=args.shard_size, sample_rate=args.sample_rate,
+                probe=not args.no_probe, progress=not args.no_progress)  # fmt: skip
+
+
+def _report(name: str, args: argparse.Namespace, stats: dict[str, Any]) -> int:
+    print(format_summary(name, args.out, stats))
+    print_stats(stats)
+    return 0
+
+
+@CONVERTERS.register(
+    "clotho", "Clotho: clotho_captions_<split>.csv + its audio folder", _csv_arguments
+)
+def _clotho_command(args: argparse.Namespace) -> int:
+    stats = convert_clotho(args.csv, args.audio_dir, args.out, split=args.split, **_options(args))
+    return _report("clotho", args, stats)
+
+
+@CONVERTERS.register(
+    "audiocaps", "AudioCaps: <split>.csv + a folder of clips named by youtube_id", _csv_arguments
+)
+def _audiocaps_command(args: argparse.Namespace) -> int:
+    stats = convert_audiocaps(args.csv, args.audio_dir, args.out, split=args.split,
+                              **_options(args))  # fmt: skip
+    return _report("audiocaps", args, stats)
+
+
+@CONVERTERS.register(
+    "esc50", "ESC-50: meta/esc50.csv + audio/ → fold1/ ... fold5/ + labels.txt", _root_arguments
+)
+def _esc50_command(args: argparse.Namespace) -> int:
+    return _report("esc50", args, convert_esc50(args.root, args.out, **_options(args)))
+
+
+@CONVERTERS.register(
+    "librispeech", "LibriSpeech subset: <spk>/<chap>/*.flac + *.trans.txt",
+    _librispeech_arguments,
+)  # fmt: skip
+def _librispeech_command(args: argparse.Namespace) -> int:
+    stats = convert_librispeech(args.root, args.out, split=args.split, **_options(args))
+    return _report("librispeech", args, stats)

@@ -32,6 +32,7 @@ and so are the mentions that used one.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
@@ -48,6 +49,7 @@ from typing import Any
 from mmptm.data.shards import count_samples, encode_member, expand_shards
 from mmptm.kg.graph import iter_triples, read_aliases
 from mmptm.progress import progress_bar
+from mmptm.registry import CONVERTERS, default_of
 
 log = logging.getLogger(__name__)
 
@@ -420,3 +422,41 @@ def _link_group(
     new = tarfile.TarInfo(f"{key}.json")
     new.mode, new.mtime, new.size = first.mode, first.mtime, len(data)
     return [*group, (new, data)]
+
+
+# --------------------------------------------------------------------------------------------
+# mmptm data link
+
+
+def _link_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="text shards (glob, brace pattern, folder)")
+    p.add_argument("--aliases", action="append", required=True, metavar="[LANG=]FILE",
+                   help="id<TAB>alias... lines (wikidata5m_entity.txt); LANG=FILE for one "
+                        "language, FILE for every other; repeatable")  # fmt: skip
+    p.add_argument("--out", required=True, help="folder: the linked shards and link.json")
+    p.add_argument("--languages", default="", help="link only these (comma list)")
+    p.add_argument("--field", default=default_of(link_shards, "text_field"),
+                   choices=["auto", "txt", "captions"],
+                   help="the text to link (auto: json.captions if present, else txt)")  # fmt: skip
+    p.add_argument("--case", default=default_of(read_dictionaries, "case"), choices=CASE_MODES,
+                   help="auto: exact case for aliases of <= 3 characters and "
+                        "acronyms")  # fmt: skip
+    p.add_argument("--triples", default=None,
+                   help="head<TAB>relation<TAB>tail file: an ambiguous alias links to the "
+                        "entity with the most triples")  # fmt: skip
+    p.add_argument("--entities", default=None,
+                   help="entity id list (entities.txt of kg train-embeddings): link "
+                        "only these")  # fmt: skip
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register("link", "entity mentions by alias dictionary → json.mentions", _link_arguments)
+def _link_command(args: argparse.Namespace) -> int:
+    dictionaries = read_dictionaries(args.aliases, args.case, args.triples, args.entities)
+    languages = [x.strip() for x in args.languages.split(",") if x.strip()] or None
+    stats = link_shards(args.input, args.out, dictionaries, languages=languages,
+                        text_field=args.field, progress=not args.no_progress)  # fmt: skip
+    summary = stats.summary()
+    Path(args.out, "link.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    return 0

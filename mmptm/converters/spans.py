@@ -26,6 +26,7 @@ is a ``ValueError`` naming the file and the item's index.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections import Counter
@@ -35,6 +36,7 @@ from typing import Any
 
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities.labels import read_labels
+from mmptm.registry import CONVERTERS, default_of
 
 PathLike = str | os.PathLike[str]
 #: the label vocabulary a train split writes beside its shards
@@ -211,6 +213,41 @@ def convert_spans(
     stats["shards"] = w.shards
     stats["with_entities"] = sum("mentions" in s["json"] for s in samples)
     return stats
+
+
+# --------------------------------------------------------------------------------------------
+# mmptm data typing | relations
+
+
+def _span_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="train.json, dev.json or test.json")
+    p.add_argument("--out", required=True, help="shards + labels.txt (from the train split)")
+    p.add_argument("--split", default=default_of(convert_spans, "split"),
+                   help="default: the file's stem (train.json: train)")  # fmt: skip
+    p.add_argument("--lang", default=default_of(convert_spans, "language"))
+    p.add_argument("--shard-size", type=int, default=default_of(convert_spans, "shard_size"))
+
+
+def _span_command(task: str, args: argparse.Namespace) -> int:
+    stats = convert_spans(task, args.input, args.out, split=args.split, language=args.lang,
+                          shard_size=args.shard_size)  # fmt: skip
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+@CONVERTERS.register(
+    "typing", "entity typing: Open Entity lines (contexts, mention, y_str types)", _span_arguments
+)
+def _typing_command(args: argparse.Namespace) -> int:
+    return _span_command("typing", args)
+
+
+@CONVERTERS.register(
+    "relations", "relation classification: a TACRED list or a FewRel {relation: [items]}",
+    _span_arguments,
+)  # fmt: skip
+def _relations_command(args: argparse.Namespace) -> int:
+    return _span_command("relations", args)
 
 
 __all__ = [

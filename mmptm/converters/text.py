@@ -15,6 +15,7 @@ Every converter writes through :class:`~mmptm.data.shards.ShardWriter` and retur
 
 from __future__ import annotations
 
+import argparse
 import csv
 import logging
 import os
@@ -24,7 +25,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from mmptm.converters import print_stats, shard_arguments
 from mmptm.data.shards import ShardWriter
+from mmptm.registry import CONVERTERS
 
 __all__ = [
     "NLI_LABELS",
@@ -265,3 +268,60 @@ def convert_xnli(
     languages = {k: {"written": written[k], "shards": w.shards} for k, w in writers.items()}
     shards = [p for w in writers.values() for p in w.shards]
     return stats.result(shards, format=fmt, languages=languages)
+
+
+# --------------------------------------------------------------------------------------------
+# mmptm data parallel | text | xnli
+
+
+def _parallel_arguments(p: argparse.ArgumentParser) -> None:
+    shard_arguments(p, convert_parallel_files)
+    p.add_argument("--langs", required=True, help="two codes, e.g. en,de")
+
+
+@CONVERTERS.register(
+    "parallel", "parallel text: two line-aligned files (corpus.en corpus.de) or one TSV",
+    _parallel_arguments,
+)  # fmt: skip
+def _parallel_command(args: argparse.Namespace) -> int:
+    langs = tuple(args.langs.split(","))
+    if len(langs) != 2:
+        raise ValueError(f"--langs needs two codes, got {args.langs!r}")
+    shards = dict(split=args.split, shard_size=args.shard_size)
+    if len(args.input) == 2:
+        stats = convert_parallel_files(*args.input, langs, args.out, **shards)
+    elif len(args.input) == 1:
+        stats = convert_parallel_tsv(args.input[0], langs, args.out, **shards)
+    else:
+        raise ValueError("--input takes two line-aligned files or one TSV file")
+    print_stats(stats)
+    return 0
+
+
+def _text_arguments(p: argparse.ArgumentParser) -> None:
+    shard_arguments(p, convert_monolingual)
+    p.add_argument("--lang", required=True, default=None, help="code")
+
+
+@CONVERTERS.register("text", "monolingual text, one sentence per line", _text_arguments)
+def _text_command(args: argparse.Namespace) -> int:
+    stats = convert_monolingual(
+        args.input[0], args.lang, args.out, split=args.split, shard_size=args.shard_size
+    )
+    print_stats(stats)
+    return 0
+
+
+def _xnli_arguments(p: argparse.ArgumentParser) -> None:
+    shard_arguments(p, convert_xnli, split="train")
+    p.add_argument("--lang", default=None, help="code (xnli: keep only this language)")
+
+
+@CONVERTERS.register(
+    "xnli", "XNLI 1.0 / MultiNLI / XNLI-MT TSV (format read from the header)", _xnli_arguments
+)
+def _xnli_command(args: argparse.Namespace) -> int:
+    stats = convert_xnli(args.input[0], args.out, split=args.split, language=args.lang,
+                         shard_size=args.shard_size)  # fmt: skip
+    print_stats(stats)
+    return 0

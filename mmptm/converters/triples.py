@@ -11,12 +11,14 @@ shards. Triples with an entity lacking a description are skipped and counted.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from pathlib import Path
 
 from mmptm.data.shards import ShardWriter
 from mmptm.kg.graph import Vocabulary, load_graph, read_descriptions
+from mmptm.registry import CONVERTERS, default_of
 
 log = logging.getLogger(__name__)
 
@@ -54,3 +56,23 @@ def write_triple_shards(
     Vocabulary(list(rels)).save(out / "relations.txt")
     Vocabulary([n for n in names if n in text]).save(out / "entities.txt")
     return {"triples": written, "skipped": skipped, "relations": len(rels)}
+
+
+def _triples_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", help="a graph folder (train/valid/test.txt) or triples file")
+    p.add_argument("--descriptions", default=None,
+                   help="id<TAB>text file (default: GRAPH/descriptions.txt)")  # fmt: skip
+    p.add_argument("--out", required=True, help="folder: SPLIT-%%06d.tar and relations.txt")
+    p.add_argument("--split", default=default_of(write_triple_shards, "split"))
+    p.add_argument("--language", default=default_of(write_triple_shards, "language"),
+                   help="the descriptions' language")  # fmt: skip
+    p.add_argument("--shard-size", type=int, default=default_of(write_triple_shards, "shard_size"))
+
+
+@CONVERTERS.register("triples", "graph triples + descriptions → KEPLER shards", _triples_arguments)
+def _triples_command(args: argparse.Namespace) -> int:
+    descriptions = args.descriptions or str(Path(args.graph) / "descriptions.txt")
+    counts = write_triple_shards(args.graph, descriptions, args.out, split=args.split,
+                                 language=args.language, shard_size=args.shard_size)  # fmt: skip
+    print(json.dumps(counts))
+    return 0

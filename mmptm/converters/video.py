@@ -17,6 +17,7 @@ reason instead of a warning per item (a corpus download often misses thousands o
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -29,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from mmptm.converters import print_stats
 from mmptm.converters.text import SkipStats
 from mmptm.data.shards import ShardWriter
 from mmptm.progress import progress_bar
+from mmptm.registry import CONVERTERS, default_of
 
 __all__ = [
     "VIDEO_EXTENSIONS",
@@ -466,3 +469,70 @@ def convert_video_features(
             stats.written += 1
     _summarise(stats)
     return stats.result(writer.shards, dim=dim)
+
+
+# --------------------------------------------------------------------------------------------
+# mmptm data msrvtt | videos | video-features
+
+
+def _msrvtt_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--videos", required=True, help="folder of <video_id>.mp4")
+    p.add_argument("--annotations", required=True, help="e.g. train_val_videodatainfo.json")
+    p.add_argument("--out", required=True)
+    p.add_argument("--split", default=default_of(convert_msrvtt, "split"),
+                   choices=[*_MSRVTT_SPLITS, "all"])  # fmt: skip
+    p.add_argument("--keys", "--test-keys", dest="keys", default=None,
+                   help="only these video ids, one a line (e.g. the 1k-A test list)")  # fmt: skip
+    p.add_argument("--shard-size", type=int, default=default_of(convert_msrvtt, "shard_size"))
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register("msrvtt", "MSR-VTT annotation JSON + video folder", _msrvtt_arguments)
+def _msrvtt_command(args: argparse.Namespace) -> int:
+    stats = convert_msrvtt(
+        args.videos, args.annotations, args.out, split=args.split, keys=args.keys,
+        shard_size=args.shard_size, progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0
+
+
+def _videos_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--csv", required=True)
+    p.add_argument("--video-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--split", default=default_of(convert_video_csv, "split"))
+    p.add_argument("--shard-size", type=int, default=default_of(convert_video_csv, "shard_size"))
+    p.add_argument("--no-probe", action="store_true",
+                   help="do not check that PyAV decodes each file's first frame")  # fmt: skip
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register("videos", "caption CSV (file,caption[,language,split])", _videos_arguments)
+def _videos_command(args: argparse.Namespace) -> int:
+    stats = convert_video_csv(
+        args.csv, args.video_dir, args.out, split=args.split, shard_size=args.shard_size,
+        probe=not args.no_probe, progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0
+
+
+def _features_arguments(p: argparse.ArgumentParser) -> None:
+    fn = convert_video_features
+    p.add_argument("--csv", required=True)
+    p.add_argument("--features-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--split", default=default_of(fn, "split"))
+    p.add_argument("--shard-size", type=int, default=default_of(fn, "shard_size"))
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register("video-features", "caption CSV + per-video .npy [T,F]", _features_arguments)
+def _features_command(args: argparse.Namespace) -> int:
+    stats = convert_video_features(
+        args.csv, args.features_dir, args.out, split=args.split, shard_size=args.shard_size,
+        progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0

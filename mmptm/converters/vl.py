@@ -23,6 +23,7 @@ Every converter returns ``{"written": n, "skipped": {reason: n}, "skipped_items"
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
 import csv
@@ -38,10 +39,12 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from mmptm.converters import print_stats, shard_arguments
 from mmptm.converters.text import SkipStats
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities.regions import REGION_ARRAYS, load_regions, regions_npz_bytes
 from mmptm.progress import progress_bar
+from mmptm.registry import CONVERTERS
 
 __all__ = [
     "BUTD_FIELDS",
@@ -566,3 +569,41 @@ def _vqa_record(
         if field in ann:
             record[field] = ann[field]
     return record
+
+
+# --------------------------------------------------------------------------------------------
+# mmptm data coco | vqa
+
+
+def _vl_arguments(p: argparse.ArgumentParser) -> None:
+    # the command's 10000 samples a shard are not the functions' default (1000)
+    shard_arguments(p, convert_coco_captions, split="train", shard_size=10000)
+    p.add_argument("--images", default=None, help="COCO image folder")
+    p.add_argument("--regions", default=None, help="bottom-up-attention TSV features")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register(
+    "coco", "COCO captions JSON (--input) + image folder (--images)", _vl_arguments
+)
+def _coco_command(args: argparse.Namespace) -> int:
+    stats = convert_coco_captions(
+        args.input[0], args.images, args.out, split=args.split, shard_size=args.shard_size,
+        regions_tsv=args.regions, progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0
+
+
+@CONVERTERS.register(
+    "vqa", "VQA v2 questions JSON [+ annotations JSON] (--input) + --images/--regions",
+    _vl_arguments,
+)  # fmt: skip
+def _vqa_command(args: argparse.Namespace) -> int:
+    questions, annotations = [*args.input, None][:2]
+    stats = convert_vqa(
+        questions, annotations, args.images, args.out, split=args.split,
+        shard_size=args.shard_size, regions_tsv=args.regions, progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0
