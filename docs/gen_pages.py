@@ -195,13 +195,20 @@ RECIPE_DIRS = [ROOT / "mmptm" / "recipes", ROOT / "configs"]
 
 
 def recipe_files() -> dict[str, tuple[str, Path]]:
-    """Every recipe by name: (kind: pretrain | finetune, file); ``_*`` files are bases."""
+    """Every recipe by name: (kind: pretrain | finetune, file); ``_*`` files are bases.
+
+    The kind is the recipe's folder, or, in a flat folder, whether it starts from a run
+    (``init:``): every fine-tuning recipe does, no pre-training recipe does.
+    """
     root = next(d for d in RECIPE_DIRS if d.is_dir())
     found = {}
-    for kind in ("pretrain", "finetune"):
-        for path in sorted((root / kind).glob("*.yaml")):
-            if not path.stem.startswith("_"):
-                found[path.stem] = (kind, path)
+    for path in sorted(root.rglob("*.yaml"), key=lambda p: p.stem):
+        if path.stem.startswith("_"):
+            continue
+        kind = path.parent.name
+        if kind not in ("pretrain", "finetune"):
+            kind = "finetune" if "init" in config.load_yaml_tree(path) else "pretrain"
+        found[path.stem] = (kind, path)
     return found
 
 
@@ -287,10 +294,10 @@ def recipe_card(
 def recipes(arg: str, page: str, results: dict[str, list[tuple[str, str]]]) -> str:
     trees = recipe_trees()
     if arg == "all":
-        out = ["| recipe | family | what it is (the recipe's opening comment) |", "|---|---|---|"]
+        out = ["| recipe | family | what it is (the recipe's opening sentence) |", "|---|---|---|"]
         for name, r in trees.items():
             where = link(page, f"recipes/{r['family']}.md#{name}")
-            about = md(leading_comment(r["path"]))
+            about = md(leading_comment(r["path"]).split(". ")[0].rstrip(".") + ".")
             out.append(f"| [`{name}`]({where}) | {FAMILIES[r['family']]} | {about} |")
         return "\n".join(out) + "\n"
     cards = [recipe_card(page, n, r, results) for n, r in trees.items() if r["family"] == arg]
