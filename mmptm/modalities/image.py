@@ -1,10 +1,16 @@
-"""The image plug-in: a ``jpg``/``png``/``webp`` member → normalised ``pixels [B,3,H,W]``.
+"""The image plug-in: a ``jpg``/``png``/``webp``/``gif`` member → normalised ``pixels [B,3,H,W]``.
 
 Size, mean and std are facts the image encoder declares (timm's ``resolve_data_config``), so
 a recipe states them once, on the encoder. An image is fitted to the square input whole
 (``resize_mode: squash``) or, as open_clip and torchvision's evaluation transforms do, by its
 shorter side and then centre-cropped (``shortest``). Training may add a random resized crop
 (``crop_scale``), drawn from the sample's seeded generator.
+
+Every mode is fitted in its own mode and only then converted to RGB, as open_clip's
+preprocessing does (``Resize``, ``CenterCrop``, then ``convert("RGB")``), so that imported
+CLIP weights see the pixels they were made for: PIL resizes ``RGBA`` / ``LA`` with
+premultiplied alpha, palette (``P``) images by nearest neighbour, ``I;16`` at 16 bits. A
+GIF is its first frame.
 """
 
 from __future__ import annotations
@@ -75,8 +81,8 @@ class ImageData(Modality):
             raise ValueError(f"no image member (one of {self.members}); has {sorted(sample)}")
         size = self.cfg.size
         with Image.open(io.BytesIO(sample[ext])) as img:
-            img.load()  # decode now, so a truncated file fails here
-            img = fit(img.convert("RGB"), size, self.cfg.resize_mode, self.cfg.interpolation)
+            img.load()  # decode now (a GIF: its first frame), so a truncated file fails here
+            img = fit(img, size, self.cfg.resize_mode, self.cfg.interpolation).convert("RGB")
             x_HWC = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
         x_CHW = normalise(x_HWC.view(size, size, 3), self.mean_C11, self.std_C11)
         return {self.prefix(self.views[0]) + "pixels": x_CHW}

@@ -14,6 +14,13 @@ for the second view read them apart; the others get them packed by :class:`PackP
 joined into one sequence (XLM's TLM layout, BERT's pair layout) or, for sources with
 ``pairs: stack``, stacked as separate rows (sentence-level contrastive).
 
+**A joined pair's layout** is what the model was pre-trained with, in three settings
+(:attr:`TextData.layout`): ``segments`` (2: segment ids 0 / 1; 1: all 0, for models with one
+segment embedding), ``separators`` (1: ``[CLS] a [SEP] b [SEP]``; 2: ``<s> a </s></s> b
+</s>``) and ``restart_positions``. BERT is 2 / 1 / false, XLM's TLM 2 / 1 / true, XLM-R and
+RoBERTa 1 / 2 / false. A run started from another (``init=``) takes them from it, so a task
+recipe fine-tunes every model in its own layout.
+
 **Annotations as character spans** (``Config.spans``: batch name → json field) become
 per-token keys: ``<name>_ids [B,L]`` holds a span's value (an integer id, e.g. an entity) at
 the first piece of the span and -1 elsewhere, ``<name>_mask [B,L]`` is True on every piece
@@ -68,6 +75,9 @@ class TextData(Modality):
 
     members: ClassVar[tuple[str, ...]] = ("txt", "json", REGIONS_MEMBER)
     max_views: ClassVar[int] = 2
+    #: settings that describe the layout the model was pre-trained with (module docstring):
+    #: a run started from another (``init=``) takes them from it
+    layout: ClassVar[tuple[str, ...]] = ("segments", "separators", "restart_positions")
 
     @dataclass
     class Config:
@@ -86,6 +96,12 @@ class TextData(Modality):
         caption_index: int = 0
         #: a joined pair restarts positions at its second sentence (XLM's TLM)
         restart_positions: bool = True
+        #: segment ids of a joined pair: 2 = 0 for the first sentence, 1 for the second
+        #: (BERT, XLM); 1 = 0 throughout (XLM-R and RoBERTa have one segment embedding)
+        segments: int = 2
+        #: [SEP]s between a joined pair's sentences: 1 = ``[CLS] a [SEP] b [SEP]`` (BERT,
+        #: XLM); 2 = ``<s> a </s></s> b </s>`` (XLM-R, RoBERTa)
+        separators: int = 1
         #: character-span annotations → per-token keys: batch name → json field, e.g.
         #: {entity: entities} gives ``entity_ids`` and ``entity_mask``
         spans: dict[str, str] = field(default_factory=dict)
@@ -104,6 +120,11 @@ class TextData(Modality):
             raise ValueError("the text modality needs a tokenizer (data.tokenizer)")
         if cfg.max_len < 3:
             raise ValueError(f"data.modalities.text.max_len must be >= 3, got {cfg.max_len}")
+        for key in ("segments", "separators"):
+            if getattr(cfg, key) not in (1, 2):
+                raise ValueError(
+                    f"data.modalities.text.{key} must be 1 or 2, got {getattr(cfg, key)}"
+                )
         for name in cfg.spans:
             if not _NAME.fullmatch(name):
                 raise ValueError(f"data.modalities.text.spans: {name!r} is not a batch-key name")
@@ -269,7 +290,13 @@ class TextData(Modality):
         if len(self.views) == 1:  # a pair's second sentence joins or stacks onto the first
             stack = frozenset(s for s, how in self.context.pairs.items() if how == "stack")
             first, second = self.prefixes
-            stages.append(PackPairs(self.fills, first, second, self.cfg.restart_positions, stack))
+            c = self.cfg
+            # only a second separator needs the tokenizer's [SEP] id
+            sep_id = self.tokenizer.sep_id if c.separators == 2 else -1
+            layout = {"segments": c.segments, "separators": c.separators, "sep_id": sep_id}
+            stages.append(
+                PackPairs(self.fills, first, second, c.restart_positions, stack, **layout)
+            )
         if self.context.pack:
             if len(self.views) == 2:
                 raise ValueError(
@@ -329,7 +356,9 @@ class PackPairs:
 
     Joined (default): ``[CLS] a [SEP] b [SEP]`` (the second [CLS] dropped), segment ids
     0 / 1, every other per-token key (language ids, span keys) carried along, positions
-    restarting at ``b`` with ``restart_positions`` (XLM's TLM) or continuing (BERT).
+    restarting at ``b`` with ``restart_positions`` (XLM's TLM) or continuing (BERT). With
+    ``separators=2`` the second [CLS] becomes a second [SEP] (``<s> a </s></s> b </s>``,
+    XLM-R); with ``segments=1`` every segment id is 0.
     Batches of the sources in ``stack``: rows 0..B-1 hold the first sentences and rows
     B..2B-1 their partners, each ``[CLS] x [SEP]`` encoded alone, and ``__pairs__`` is
     "stacked" (what a contrastive objective over ``[text, text]`` aligns, as InfoXLM's XLCO).
@@ -346,6 +375,11 @@ class PackPairs:
     restart_positions: bool = True
     #: ``data.sources`` names whose pairs are stacked rather than joined
     stack: frozenset[str] = frozenset()
+    #: 2: the second sentence's segment id is 1; 1: it is 0 as the first's
+    segments: int = 2
+    #: [SEP]s between the sentences (2: b's [CLS] slot holds ``sep_id``)
+    separators: int = 1
+    sep_id: int = -1
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         if f"{self.second}input_ids" not in batch:
@@ -353,21 +387,27 @@ class PackPairs:
         if batch_source(batch) in self.stack:
             return self._stack(batch)
         a, b = self.first, self.second
-        a_mask, b_mask = batch[f"{a}attention_mask"], batch[f"{b}attention_mask"][:, 1:]
+        skip = 2 - self.separators  # b's leading columns left out: its [CLS] with one [SEP]
+        a_mask, b_mask = batch[f"{a}attention_mask"], batch[f"{b}attention_mask"][:, skip:]
         len_a_B, len_b_B = a_mask.sum(1), b_mask.sum(1)
         B, L = a_mask.shape[0], int((len_a_B + len_b_B).max())
         ra, ca = a_mask.nonzero(as_tuple=True)  # real positions of a: (row, column)
         rb, cb = b_mask.nonzero(as_tuple=True)
         cb_out = len_a_B[rb] + cb  # b starts right after a's last real token
         for key, fill in self.fills.items():
-            a_BL, b_BM = batch[f"{a}{key}"], batch.pop(f"{b}{key}")[:, 1:]
+            a_BL, b_BM = batch[f"{a}{key}"], batch.pop(f"{b}{key}")[:, skip:]
             out_BL = torch.full((B, L), fill, dtype=a_BL.dtype)
             out_BL[ra, ca], out_BL[rb, cb_out] = a_BL[ra, ca], b_BM[rb, cb]
             batch[f"{a}{key}"] = out_BL
-        batch[f"{a}segment_ids"][rb, cb_out] = 1
+        if not skip:  # b's [CLS] slot: the second separator
+            head_N = cb == 0  # N: b's real tokens
+            batch[f"{a}input_ids"][rb[head_N], cb_out[head_N]] = self.sep_id
+        if self.segments == 2:
+            batch[f"{a}segment_ids"][rb, cb_out] = 1
         pos_BL = torch.zeros(B, L, dtype=torch.long)
         pos_BL[ra, ca] = ca
-        pos_BL[rb, cb_out] = cb + 1 if self.restart_positions else cb_out  # +1: b's [CLS] slot
+        # restarted: b's columns as they were (with one separator, b's [CLS] keeps slot 0)
+        pos_BL[rb, cb_out] = cb + skip if self.restart_positions else cb_out
         batch[f"{a}position_ids"] = pos_BL
         return batch
 
