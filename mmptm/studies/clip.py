@@ -1,13 +1,18 @@
 """The clip study (``mmptm demo``, the default): toyworld → tokenizer → clip_tiny pre-training
 on captions in four languages → image↔text retrieval per language → a search index of the test
-images, queried in three languages (``mmptm serve`` opens it)."""
+images, queried in three languages (``mmptm serve`` opens it) and scored on a fixed grid of
+attribute queries (precision@3)."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from mmptm import toyworld
+from mmptm.eval.precision import precision_at_k
 from mmptm.eval.retrieval import evaluate_retrieval, format_table
 from mmptm.recipe import load_run_config
 from mmptm.search.index import SearchIndex, build_index, format_hits
@@ -25,6 +30,12 @@ DEMO_QUERIES = (
 #: alone reach about 84% in English but nothing in the others (README, Results)
 CLIP_DEMO_LANGS = ("en", "de", "fr", "ru")
 CLIP_DEMO_STEPS = 2500
+#: the attribute queries of the demo's precision@3, fixed before any result was seen (issue
+#: 32): every size × colour × shape, each asked in every demo language as toyworld words an
+#: object ("a large red circle", "ein kleiner gelber Stern"). Relevant: the test images that
+#: hold an object with all three attributes; a query with fewer than 3 is left out
+ATTRIBUTE_GRID = tuple(itertools.product(toyworld.SIZES, toyworld.COLORS, toyworld.SHAPES))
+ATTRIBUTE_K = 3
 
 
 def clip_study(
@@ -37,7 +48,8 @@ def clip_study(
     overrides: Sequence[str] = (),
 ) -> dict:
     """The default demo: a multilingual CLIP on toyworld, retrieval R@1/5/10 on the test split
-    per caption language, then a search index of the test images."""
+    per caption language, then a search index of the test images and the precision@3 of the
+    attribute queries (:data:`ATTRIBUTE_GRID`) against it."""
     times: dict[str, float] = {}
     with timed(times, "data+tokenizer"):
         # BPE at 1000 pieces: toyworld's captions (257 word types in 4 languages) have room
@@ -65,13 +77,20 @@ def clip_study(
     print(format_table({f"clip_tiny, {lang}": r for lang, r in by_lang.items()}))
     with timed(times, "index"):
         index = _demo_index(run, f"{data}/image_text/test-*.tar", out / "index")
-    result = {"retrieval": by_lang[CLIP_DEMO_LANGS[0]], "retrieval_by_language": by_lang}
+    with timed(times, "attribute queries"):
+        precision = attribute_precision(index, seed, n_test, CLIP_DEMO_LANGS)
+    print(f"\n{format_precision(precision)}")
+    result = {
+        "retrieval": by_lang[CLIP_DEMO_LANGS[0]],
+        "retrieval_by_language": by_lang,
+        "attribute_precision": precision,
+    }
     write_results(out, {**result, "seconds": times})
     print("\n" + format_seconds(times))
     draw_curves(out, "curves.png", {"clip_tiny": run},
                 ["contrastive_loss", "contrastive_acc", "contrastive_logit_scale", "lr"],
                 "clip_tiny pre-training on toyworld")  # fmt: skip
-    print(f"search the test images in a browser: mmptm serve {index}")
+    print(f"search the test images in a browser: mmptm serve {out / 'index'}")
     return result
 
 
@@ -96,9 +115,10 @@ def _pretrain(run: Path, data: Path, steps: int, seed: int, overrides: Sequence[
     pretrain(cfg)
 
 
-def _demo_index(run: Path, shards: str, out: Path) -> Path:
-    """Index ``shards`` with ``run`` at ``out`` (rebuilt: the run may have trained on since)
-    and print the images the demo queries find, with their captions in the query's language."""
+def _demo_index(run: Path, shards: str, out: Path) -> SearchIndex:
+    """Index ``shards`` with ``run`` at ``out`` (rebuilt: the run may have trained on since),
+    print the images the demo queries find, with their captions in the query's language, and
+    return the index."""
     shutil.rmtree(out, ignore_errors=True)
     summary = build_index(str(run), shards, out)
     parts = ", ".join(f"{name} {n}" for name, n in summary["parts"].items())
@@ -107,4 +127,50 @@ def _demo_index(run: Path, shards: str, out: Path) -> Path:
     for query, lang in DEMO_QUERIES:
         print(f"\n{query!r} → images (their {lang} captions):")
         print(format_hits(index.search_text(query, k=3, lang=lang), width=80))
+    return index
+
+
+def attribute_queries(lang: str) -> list[tuple[str, tuple[str, str, str]]]:
+    """(query, (size, colour, shape)) of every point of :data:`ATTRIBUTE_GRID` in one language."""
+    return [
+        (toyworld.object_phrase(shape, color, size, lang), (size, color, shape))
+        for size, color, shape in ATTRIBUTE_GRID
+    ]
+
+
+def attribute_precision(
+    index: SearchIndex, seed: int, n_test: int, languages: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Precision@3 of the attribute queries against the index of the test images, per
+    language (see :data:`ATTRIBUTE_GRID`; relevance from the test scenes' objects)."""
+    holds: dict[tuple[str, str, str], set[str]] = {}
+    for i in range(n_test):
+        scene = toyworld.sample_scene(seed, "test", i)
+        for o in scene.objects:
+            holds.setdefault((o.size, o.color, o.shape), set()).add(scene.key)
+    out = {}
+    for lang in languages:
+        queries = attribute_queries(lang)
+        ranked = [
+            [h.key for h in index.search_text(q, k=ATTRIBUTE_K, lang=lang)] for q, _ in queries
+        ]
+        relevant = [holds.get(attrs, set()) for _, attrs in queries]
+        got = precision_at_k(ranked, relevant, ATTRIBUTE_K, n_items=n_test)
+        got["examples"] = {q: keys for (q, _), keys in zip(queries, ranked)}
+        out[lang] = got
     return out
+
+
+def format_precision(by_lang: dict[str, dict[str, Any]]) -> str:
+    """The precision@3 table: one row per language, with the queries counted and chance."""
+    size = len(ATTRIBUTE_GRID)
+    lines = [
+        f"attribute queries (size × colour × shape, {size} per language), precision@"
+        f"{ATTRIBUTE_K} over those with >= {ATTRIBUTE_K} relevant test images:",
+        f"{'':<14}{'P@' + str(ATTRIBUTE_K):>10}{'chance':>10}{'queries':>10}",
+    ]
+    for lang, r in by_lang.items():
+        p = "-" if r["precision"] is None else f"{100 * r['precision']:.1f}%"
+        chance = "-" if r["chance"] is None else f"{100 * r['chance']:.1f}%"
+        lines.append(f"{'clip_tiny, ' + lang:<14}{p:>10}{chance:>10}{r['queries']:>10}")
+    return "\n".join(lines)

@@ -125,6 +125,7 @@ from mmptm.toyworld.language import (
     lexicon_forms,
     nli_pairs,
     nli_text,
+    object_phrase,
     state,
     statements,
 )
@@ -270,6 +271,7 @@ __all__ = [
     "nli_pairs",
     "nli_text",
     "object_box",
+    "object_phrase",
     "object_states",
     "one_thread",
     "relation",

@@ -248,6 +248,16 @@ def _noun_phrase(lex: dict[str, Any], obj: Obj, case: str, name: str | None = No
     return " ".join(text.split())  # articleless languages leave a double space
 
 
+def object_phrase(shape: str, color: str, size: str, lang: str) -> str:
+    """One object as a short query is typed: an indefinite noun phrase in the nominative, no
+    capital, no full stop ("a large red circle", "ein kleiner gelber Stern", "большой синий
+    квадрат")."""
+    if lang not in LEXICON:
+        raise ValueError(f"unknown language {lang!r}; choices: {', '.join(LANGUAGES)}")
+    # the noun phrase reads the attributes only; the position does not matter
+    return _noun_phrase(LEXICON[lang], Obj(shape, color, size, 0.0, 0.0, 0.0), "nom")
+
+
 def describe(scene: Scene, lang: str, names: Sequence[str | None] | None = None) -> str:
     """The caption of a scene in one language: every object's attributes and relations.
 

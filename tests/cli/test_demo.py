@@ -103,3 +103,8 @@ def test_demo_clip_writes_results_and_curves(tmp_path, capsys):
         assert [line.split()[2] for line in block.splitlines()[2:5]] == [h.key for h in hits]
         assert all(h.language == lang and h.caption in block for h in hits)
     assert f"mmptm serve {out / 'index'}" in printed
+    # precision@3 of the attribute queries, per language, printed and in results.json
+    precision = results["attribute_precision"]
+    assert set(precision) == {"en", "de", "fr", "ru"}
+    assert all(p["queries"] + p["skipped"] == 60 for p in precision.values())
+    assert "attribute queries (size × colour × shape, 60 per language)" in printed
