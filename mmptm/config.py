@@ -327,6 +327,13 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{path}: cannot read config file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        line = e.object.count(b"\n", 0, e.start) + 1
+        bad = e.object[e.start : e.end].hex()
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{bad} at offset {e.start}); "
+            "save the file as UTF-8"
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

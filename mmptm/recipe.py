@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mmptm.config import (
+    DELETE,
     ConfigError,
     apply_overrides,
     bounded,
@@ -374,9 +375,39 @@ def run_config(tree: Mapping[str, Any]) -> RunConfig:
 
 
 def load_run_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``."""
-    tree = apply_overrides(load_yaml_tree(path), overrides)
+    """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``.
+
+    ``data.train=SHARDS`` alone points any recipe at one's own shards: the recipe's
+    ``data.sources`` (and its ``model.routes``, which name them) are dropped, with an info
+    line, unless the overrides set sources or routes themselves."""
+    tree = apply_overrides(_own_train(load_yaml_tree(path), overrides, path), overrides)
     try:
         return run_config(tree)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
+
+
+def _own_train(recipe: dict[str, Any], overrides: Sequence[str], path: str) -> dict[str, Any]:
+    """``recipe`` without its ``data.sources`` and ``model.routes`` when ``overrides`` give
+    ``data.train`` and touch neither: the user's shards replace the recipe's mixture (both
+    set by the user stay an error that names them)."""
+    keys: dict[str, str] = {}
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        keys[key.strip()] = raw.strip().strip("'\"")
+    if keys.get("data.train", DELETE) in ("", DELETE):
+        return recipe
+    data, model = recipe.get("data"), recipe.get("model")
+    if not isinstance(data, dict) or not data.get("sources"):
+        return recipe
+    mine = ("data", "data.sources", "model", "model.routes")
+    if any(k in mine or k.startswith(("data.sources.", "model.routes.")) for k in keys):
+        return recipe
+    recipe = copy.deepcopy(recipe)
+    names = ", ".join(recipe["data"].pop("sources"))
+    routes = isinstance(model, dict) and recipe["model"].pop("routes", None) is not None
+    log.info(
+        "%s: data.train=%s replaces the recipe's data.sources (%s)%s",
+        path, keys["data.train"], names, " and model.routes" if routes else "",
+    )  # fmt: skip
+    return recipe

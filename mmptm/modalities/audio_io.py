@@ -10,8 +10,8 @@ file is never decoded whole by soundfile, which seeks; PyAV seeks to the window'
 time steps (wav2vec 2.0's feature encoder, a spectrogram's stacked frames).
 
 Bad bytes raise ``ValueError`` naming ``where``: unreadable, no audio stream, no samples,
-NaN or Inf samples. ``torchaudio.load`` is not used: in torchaudio 2.11 it needs torchcodec
-and a system FFmpeg.
+NaN or Inf samples, a WAV cut short (its header promises more frames than it holds).
+``torchaudio.load`` is not used: in torchaudio 2.11 it needs torchcodec and a system FFmpeg.
 Legend: S samples, C channels.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ def audio_info(data: bytes, ext: str, where: str) -> tuple[float, int]:
     if ext in SOUNDFILE_MEMBERS:
         import soundfile as sf
 
+        _check_wav_whole(data, where)
         try:
             info = sf.info(io.BytesIO(data))
         except (RuntimeError, sf.LibsndfileError, TypeError, ValueError) as e:
@@ -102,6 +104,7 @@ def _read_soundfile(
 ) -> tuple[np.ndarray, int]:
     import soundfile as sf
 
+    _check_wav_whole(data, where)
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             rate = int(f.samplerate)
@@ -113,6 +116,33 @@ def _read_soundfile(
     except (RuntimeError, sf.LibsndfileError, TypeError, ValueError) as e:
         raise ValueError(f"{where}: not readable as {ext} ({_line(e)})") from None
     return wave_SC, rate
+
+
+def _check_wav_whole(data: bytes, where: str) -> None:
+    """``ValueError`` when ``data`` is a WAV whose ``data`` chunk is cut short.
+
+    libsndfile shrinks such a file's frame count to what is there, so a download or copy
+    that stopped early would otherwise pass for a clip of a few milliseconds. A size of 0 or
+    0xFFFFFFFF (a stream written before its length was known) promises nothing."""
+    if len(data) < 12 or data[:4] not in (b"RIFF", b"RIFX") or data[8:12] != b"WAVE":
+        return
+    endian = "<" if data[:4] == b"RIFF" else ">"
+    pos, block_align = 12, 0
+    while pos + 8 <= len(data):
+        chunk, size = data[pos : pos + 4], struct.unpack(endian + "I", data[pos + 4 : pos + 8])[0]
+        if chunk == b"fmt " and pos + 22 <= len(data):
+            block_align = struct.unpack(endian + "H", data[pos + 20 : pos + 22])[0]
+        elif chunk == b"data":
+            if size in (0, 0xFFFFFFFF) or block_align == 0:
+                return
+            promised, held = size // block_align, (len(data) - pos - 8) // block_align
+            if held < promised:
+                raise ValueError(
+                    f"{where}: truncated wav: its header promises {promised} frames, "
+                    f"the file holds {held}"
+                )
+            return
+        pos += 8 + size + (size & 1)  # chunks are padded to an even size
 
 
 def _read_av(
