@@ -360,7 +360,9 @@ class Trainer:
                 f"first command (train.max_steps={theirs}) with resume=true; for another "
                 "schedule, use another output_dir"
             )
-        changed = config_changes(ckpt.config, to_dict(self.cfg))
+        # both sides validated: a key an older version saved elsewhere (upgraded) or did not
+        # have yet (its default now) is not a change
+        changed = config_changes(to_dict(ckpt.run_config()), to_dict(self.cfg))
         if changed and self.dist.main:
             log.warning("resuming with settings changed since %s: %s", ckpt.path, changed)
         self._load_weights(ckpt)
