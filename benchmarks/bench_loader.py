@@ -56,7 +56,7 @@ def loader_rate(
     """(batches per wall second, per CPU second of this process) of ``rounds`` timed blocks
     of ``batches`` batches each. With ``workers=0`` the CPU rate is the steadier measure on
     a shared machine: other processes' load does not count against it."""
-    cfg = load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), recipe_overrides(
+    cfg = load_run_config(recipe, recipe_overrides(
         recipe, data, workers
     ))  # fmt: skip
     model, tok = build_model(cfg)

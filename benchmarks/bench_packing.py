@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_parallel import ROOT, recipe_overrides
+from real_parallel import recipe_overrides
 
 from mmptm.data.pipeline import Loader
 from mmptm.recipe import load_run_config
@@ -35,7 +35,7 @@ from mmptm.train.trainer import Trainer
 
 def held_batches(recipe: str, data: Path, extra: list[str], n: int, out: str):
     over = [*recipe_overrides(recipe, data), f"output_dir={out}", "train.progress=false", *extra]
-    t = Trainer(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
+    t = Trainer(load_run_config(recipe, over))
     loader = iter(Loader(t.stream, t.cfg.data.num_workers))
     return t, [next(loader) for _ in range(n)]
 
@@ -64,7 +64,7 @@ def main() -> None:
     rows = []
     for recipe in args.recipes.split(","):
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            sources = load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), [])
+            sources = load_run_config(recipe, [])
             names = [s for s in sources.data.sources if s in pack]
             packed = [f"data.sources.{s}.pack={pack[s]}" for s in names]
             unpacked = [f"data.sources.{s}.pack=0" for s in names]

@@ -35,7 +35,7 @@ from mmptm.recipe import load_run_config
 from mmptm.train.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_loader import ROOT, recipe_overrides
+from bench_loader import recipe_overrides
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -65,7 +65,7 @@ def trainer(recipe: str, data: Path, workers: int | None, out: str) -> Trainer:
     if workers is not None:
         over.append(f"data.num_workers={workers}")
     over += [f"output_dir={out}", "train.progress=false"]
-    return Trainer(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
+    return Trainer(load_run_config(recipe, over))
 
 
 def kept(batches: Iterator[dict], into: list[dict], waited: list[float]) -> Iterator[dict]:

@@ -74,7 +74,7 @@ def sh(cmd: list[str], log: Path | None = None) -> None:
 def recipe_overrides(recipe: str, data: Path) -> list[str]:
     """Point a multilingual recipe's toyworld paths at the real data: its monolingual source
     at the mono shards, every other source at the parallel train shards."""
-    tree = load_yaml_tree(ROOT / f"configs/pretrain/{recipe}.yaml")
+    tree = load_yaml_tree(recipe)
     over = [f"data.tokenizer={data}/tokenizer.model"]
     for name, src in (tree.get("data", {}).get("sources") or {}).items():
         if name == "mono":
@@ -148,7 +148,7 @@ def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     # mbert_tiny's embeddings: word + position, no language embedding (a per-language
     # constant, which makes every mean vector language-specific: 0.7% with xlm_tlm_tiny's)
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/mbert_tiny.yaml"),
+        "mbert_tiny",
         [*recipe_overrides("mbert_tiny", data), f"seed={args.seed}"],
     )
     model, tok = build_model(cfg)
@@ -170,7 +170,7 @@ def pretrain(args: argparse.Namespace) -> None:
         if args.steps:
             over.append(f"train.max_steps={args.steps}")
         t0 = time.perf_counter()
-        sh([*MMPTM, "pretrain", str(ROOT / f"configs/pretrain/{recipe}.yaml"), *over, *args.set],
+        sh([*MMPTM, "pretrain", recipe, *over, *args.set],
            log=runs / f"{recipe}.log")  # fmt: skip
         print(f"{recipe}: {time.perf_counter() - t0:.0f}s → {run}")
 

@@ -54,7 +54,7 @@ HEAD = {
 def config(args: argparse.Namespace, prenorm: bool):
     drop = args.dropout
     return load_run_config(
-        str(ROOT / "configs/pretrain/mbert_tiny.yaml"),
+        "mbert_tiny",
         [*recipe_overrides("mbert_tiny", Path(args.data)), "output_dir=/tmp/unused",
          f"train.max_steps={args.steps}", f"seed={args.seed}", "data.num_workers=0",
          f"model.fusion.transformer.prenorm={str(prenorm).lower()}",

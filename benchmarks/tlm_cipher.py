@@ -7,7 +7,7 @@ fast a model learns to read it (``xlingual_probes.py``: content-word accuracy wi
 a shuffled first half) bounds what to expect on toyworld's real languages.
 
     python benchmarks/tlm_cipher.py --data runs/demo-multilingual/toyworld --out runs/cipher
-    mmptm pretrain configs/pretrain/xlm_tlm_tiny.yaml output_dir=runs/cipher_tlm \\
+    mmptm pretrain xlm_tlm_tiny output_dir=runs/cipher_tlm \\
         data.tokenizer=runs/demo-multilingual/toyworld/tokenizer.model \\
         data.sources.mono=__delete__ data.sources.tlm.weight=1.0 \\
         data.sources.tlm.shards='runs/cipher/train-*.tar' train.max_steps=1000

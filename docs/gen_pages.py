@@ -39,7 +39,19 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from mmptm import config
-from mmptm.recipe import DataConfig, ModelConfig, RunConfig, SourceConfig, TrainConfig
+from mmptm.recipe import (
+    DataConfig,
+    ModelConfig,
+    RecipeInfo,
+    Reference,
+    RunConfig,
+    SourceConfig,
+    TrainConfig,
+    list_recipes,
+    load_recipe,
+    recipe_kind,
+    recipe_path,
+)
 from mmptm.registry import CONVERTERS, ENCODERS, FUSIONS, MODALITIES, OBJECTIVES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +65,7 @@ PLUG_POINTS = {
     "fusion": FUSIONS,
     "objective": OBJECTIVES,
 }
-KNOWLEDGE_PARTS = {"ernie", "kbert", "dea", "knowledge_embedding"}
-FAMILIES = {  # family → its page under recipes/
+FAMILIES = {  # a recipe's info.family (fine-tuning recipes: "finetune") → its page under recipes/
     "vision-language": "Vision–language",
     "multilingual": "Multilingual text",
     "video": "Video",
@@ -161,7 +172,8 @@ def keys_table(cls: type, prefix: str = "", nested: bool = True) -> str:
 
 def parts(kind: str) -> str:
     if kind == "recipe":
-        sections = [("", RunConfig), ("data.", DataConfig), ("data.sources.NAME.", SourceConfig),
+        sections = [("", RunConfig), ("info.", RecipeInfo), ("info.reproduces[i].", Reference),
+                    ("data.", DataConfig), ("data.sources.NAME.", SourceConfig),
                     ("model.", ModelConfig), ("train.", TrainConfig)]  # fmt: skip
         out = []
         for prefix, cls in sections:
@@ -190,26 +202,16 @@ def parts(kind: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Recipes
 
-# TODO(api): read the recipes through mmptm's recipe API (names, search path) once it exists
-RECIPE_DIRS = [ROOT / "mmptm" / "recipes", ROOT / "configs"]
-
 
 def recipe_files() -> dict[str, tuple[str, Path]]:
-    """Every recipe by name: (kind: pretrain | finetune, file); ``_*`` files are bases.
-
-    The kind is the recipe's folder, or, in a flat folder, whether it starts from a run
-    (``init:``): every fine-tuning recipe does, no pre-training recipe does.
-    """
-    root = next(d for d in RECIPE_DIRS if d.is_dir())
-    found = {}
-    for path in sorted(root.rglob("*.yaml"), key=lambda p: p.stem):
-        if path.stem.startswith("_"):
-            continue
-        kind = path.parent.name
-        if kind not in ("pretrain", "finetune"):
-            kind = "finetune" if "init" in config.load_yaml_tree(path) else "pretrain"
-        found[path.stem] = (kind, path)
-    return found
+    """Every recipe that ships with mmptm by name: (kind: pretrain | finetune, file); those of
+    the user's folders (``MMPTM_RECIPE_PATH``) are left out."""
+    paths = {name: recipe_path(name) for name in list_recipes()}
+    return {
+        name: (recipe_kind(name), path)
+        for name, path in paths.items()
+        if path.is_relative_to(config.PACKAGE_RECIPES)
+    }
 
 
 def leading_comment(path: Path) -> str:
@@ -221,29 +223,22 @@ def leading_comment(path: Path) -> str:
     return " ".join(lines)
 
 
-def family(kind: str, tree: dict[str, Any]) -> str:
-    """The recipes page a recipe goes on: by what its encoders read, knowledge parts first."""
-    if kind == "finetune":
-        return "finetune"
-    model = tree.get("model", {})
-    named = [model.get("fusion", {}), *model.get("objectives", {}).values()]
-    if {p.get("type") for p in named} & KNOWLEDGE_PARTS:
-        return "knowledge"
-    modalities = {ENCODERS.get(e["type"]).modality for e in model.get("encoders", {}).values()}
-    for fam, reads in (("audio", {"audio"}), ("video", {"video", "features", "units"}),
-                       ("vision-language", {"image", "regions"})):  # fmt: skip
-        if modalities & reads:
-            return fam
-    return "multilingual"
-
-
 @functools.cache
 def recipe_trees() -> dict[str, dict[str, Any]]:
     out = {}
     for name, (kind, path) in recipe_files().items():
-        tree = config.load_yaml_tree(path)
-        out[name] = {"kind": kind, "path": path, "tree": tree, "family": family(kind, tree)}
+        info = load_recipe(name).info
+        tree, family = (
+            config.load_yaml_tree(path),
+            "finetune" if kind == "finetune" else info.family,
+        )
+        out[name] = {"kind": kind, "path": path, "tree": tree, "family": family, "info": info}
     return out
+
+
+def cite(info: RecipeInfo) -> str:
+    """What a recipe reproduces: ``CLIP (Radford et al., 2021)``, several joined by "; "."""
+    return "; ".join(map(str, info.reproduces))
 
 
 def part_link(page: str, kind: str, part: Any) -> str:
@@ -276,6 +271,8 @@ def recipe_card(
         rows.append("| data sources | " + ", ".join(f"`{s}`" for s in data["sources"]) + " |")
     if tree.get("init"):
         rows.append(f"| `init` | `{tree['init']}` |")
+    if r["info"].reproduces:
+        rows.append(f"| reproduces | {md(cite(r['info']))} |")
     if name in results:
         rows.append(
             "| results | " + ", ".join(f"[{t}]({link(page, to)})" for t, to in results[name]) + " |"
@@ -294,11 +291,11 @@ def recipe_card(
 def recipes(arg: str, page: str, results: dict[str, list[tuple[str, str]]]) -> str:
     trees = recipe_trees()
     if arg == "all":
-        out = ["| recipe | family | what it is (the recipe's opening sentence) |", "|---|---|---|"]
+        out = ["| recipe | family | reproduces | what it is |", "|---|---|---|---|"]
         for name, r in trees.items():
             where = link(page, f"recipes/{r['family']}.md#{name}")
-            about = md(leading_comment(r["path"]).split(". ")[0].rstrip(".") + ".")
-            out.append(f"| [`{name}`]({where}) | {FAMILIES[r['family']]} | {about} |")
+            about, cited = md(r["info"].summary), md(cite(r["info"])) or "—"
+            out.append(f"| [`{name}`]({where}) | {FAMILIES[r['family']]} | {cited} | {about} |")
         return "\n".join(out) + "\n"
     cards = [recipe_card(page, n, r, results) for n, r in trees.items() if r["family"] == arg]
     if not cards:

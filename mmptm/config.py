@@ -1,5 +1,8 @@
 """Typed run configs: YAML recipes with inheritance and overrides, validated into dataclasses.
 
+Recipes are named (``clip_tiny``) or given by path; a name is looked up in the user's recipe
+folders, then in those that ship inside the package (:func:`find_recipe`).
+
 A schema is a tree of dataclasses. Plain fields are checked against their annotations; fields
 declared with :func:`component` / :func:`components` hold the ``Config`` dataclass of whichever
 registered part their ``type`` key names, so each part validates its own keys.
@@ -12,6 +15,7 @@ import dataclasses
 import difflib
 import functools
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -349,15 +353,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def load_yaml_tree(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a YAML recipe and, recursively, the files named by its top-level ``base:`` key."""
-    return _load_tree(Path(path), ())
+    """Load a YAML recipe, by name or path (:func:`find_recipe`), and, recursively, the
+    recipes its top-level ``base:`` key names (names, or paths relative to the file)."""
+    return _load_tree(find_recipe(path), ())
 
 
 def _load_tree(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     resolved = path.resolve()
     if resolved in chain:
-        cycle = " -> ".join(str(p) for p in (*chain[chain.index(resolved) :], resolved))
-        raise ConfigError(f"{path}: config inheritance cycle: {cycle}")
+        _cycle(path, (*chain, resolved))
     data = _read_yaml(path)
     bases = data.pop("base", None)
     if bases is None:
@@ -365,11 +369,124 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
     elif isinstance(bases, str):
         bases = [bases]
     elif not (isinstance(bases, list) and all(isinstance(b, str) for b in bases)):
-        raise ConfigError(f"{path}: base: expected a path or list of paths, got {_show(bases)}")
+        raise ConfigError(
+            f"{path}: base: expected a recipe name or path, or a list of them, got {_show(bases)}"
+        )
     merged: dict[str, Any] = {}
     for base in bases:
-        merged = deep_merge(merged, _load_tree(path.parent / base, (*chain, resolved)))
+        file = find_recipe(base, folder=path.parent, skip=(*chain, resolved))
+        merged = deep_merge(merged, _load_tree(file, (*chain, resolved)))
     return deep_merge(merged, data)
+
+
+def _cycle(path: Path, chain: tuple[Path, ...]) -> typing.NoReturn:
+    start = chain.index(chain[-1])
+    cycle = " -> ".join(str(p) for p in chain[start:])
+    raise ConfigError(f"{path}: config inheritance cycle: {cycle}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes by name: the search path
+
+#: the recipes that ship with mmptm (package data), looked up after the user's folders
+PACKAGE_RECIPES = Path(__file__).resolve().parent / "recipes"
+#: the environment variable that lists folders of the user's recipes (``os.pathsep`` apart)
+RECIPE_PATH_ENV = "MMPTM_RECIPE_PATH"
+YAML_SUFFIXES = (".yaml", ".yml")
+_ADDED_DIRS: list[Path] = []  # add_recipe_dir's folders, the latest first
+_NAME = re.compile(r"[\w-][\w.-]*(/[\w-][\w.-]*)?")  # no path: no "..", no "a/b/c"
+
+
+def add_recipe_dir(path: str | os.PathLike[str]) -> Path:
+    """Look recipe names up in the folder ``path`` (its YAML files and those one folder down),
+    before the folders added earlier, those of ``MMPTM_RECIPE_PATH`` and the package's.
+    Returns the folder, resolved; ``ConfigError`` if it is no folder."""
+    folder = Path(path).expanduser().resolve()
+    if not folder.is_dir():
+        raise ConfigError(f"{path}: no such folder of recipes")
+    if folder in _ADDED_DIRS:
+        _ADDED_DIRS.remove(folder)
+    _ADDED_DIRS.insert(0, folder)
+    return folder
+
+
+def recipe_dirs() -> list[Path]:
+    """Where recipe names are looked up, in order (the first match wins): the folders given to
+    :func:`add_recipe_dir` (the latest first), those of ``MMPTM_RECIPE_PATH``, the package's."""
+    env = os.environ.get(RECIPE_PATH_ENV, "")
+    return [*_ADDED_DIRS, *(Path(p).expanduser() for p in env.split(os.pathsep) if p),
+            PACKAGE_RECIPES]  # fmt: skip
+
+
+def _yaml_files(folder: Path, stem: str = "*") -> list[Path]:
+    """``folder``'s YAML files named ``stem``, then those one folder down."""
+    found = [p for pattern in (stem, f"*/{stem}") for p in sorted(folder.glob(pattern + ".y*ml"))]
+    return [p for p in found if p.suffix in YAML_SUFFIXES and p.is_file()]
+
+
+def recipe_files() -> dict[str, Path]:
+    """Every recipe on the search path by name (a file's stem; the first folder that has it
+    wins). Files whose name starts with ``_`` are shared bases, not listed (``base:`` names
+    them all the same)."""
+    found: dict[str, Path] = {}
+    for folder in recipe_dirs():
+        for path in _yaml_files(folder):
+            if not path.stem.startswith("_"):
+                found.setdefault(path.stem, path)
+    return found
+
+
+def find_recipe(
+    spec: str | os.PathLike[str], *, folder: Path | None = None, skip: Iterable[Path] = ()
+) -> Path:
+    """The YAML file a recipe name or path means.
+
+    A ``Path``, or a string that names an existing file, ends in ``.yaml`` / ``.yml`` or is no
+    name, is a path: relative to ``folder`` if given (a ``base:`` is relative to the file that
+    names it), else to the working directory. A name is ``clip_tiny``, or with its folder
+    ``pretrain/clip_tiny``: looked up beside ``folder``, then in :func:`recipe_dirs`. Files in
+    ``skip`` (those being loaded) are passed over, so a user's ``clip_tiny.yaml`` may extend
+    the package's with ``base: clip_tiny``. An unknown name is a one-line ``ConfigError``
+    with the nearest names.
+    """
+    here = Path(folder or "") / spec
+    if here.is_file():
+        return here
+    if isinstance(spec, str) and _NAME.fullmatch(spec) and not spec.endswith(YAML_SUFFIXES):
+        return _named(spec, folder, tuple(skip))
+    if here.stem in recipe_files():  # e.g. configs/pretrain/x.yaml, where recipes were
+        raise ConfigError(f"{here}: no such file; a recipe {here.stem!r} ships with mmptm: name it")
+    return here  # _read_yaml says why it cannot be read
+
+
+def _named(name: str, folder: Path | None, skip: tuple[Path, ...]) -> Path:
+    matches: list[Path] = []
+    if folder is not None:  # a base beside the file that names it
+        matches += [p for p in (folder / f"{name}{s}" for s in YAML_SUFFIXES) if p.is_file()]
+    for where in recipe_dirs():
+        found = _yaml_files(where, name) if where.is_dir() else []
+        if len(found) > 1:
+            raise ConfigError(
+                f"recipe {name!r} is ambiguous in {where}: {', '.join(map(str, found))}; name "
+                "it with its folder or by path"
+            )
+        matches += found
+    for path in matches:
+        if path.resolve() not in skip:
+            return path
+    if matches:  # every match is being loaded: e.g. a recipe whose base is its own name
+        _cycle(matches[0], (*skip, matches[0].resolve()))
+    raise ConfigError(_unknown(name))
+
+
+def _unknown(spec: str) -> str:
+    """The one-line error of an unknown recipe name: the nearest names, missing folders."""
+    names = list(recipe_files())
+    near = difflib.get_close_matches(spec.rpartition("/")[2], names, n=3, cutoff=0.5)
+    hint = f"; nearest: {', '.join(near)}" if near else ""
+    missing = [str(d) for d in recipe_dirs() if not d.is_dir()]
+    gone = f"; no such folder on the recipe path: {', '.join(missing)}" if missing else ""
+    return f"unknown recipe {spec!r} (no such file either){hint}{gone}; `mmptm recipes` lists them"
 
 
 def apply_overrides(tree: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
@@ -419,15 +536,21 @@ def save_config(cfg: Any, path: str | os.PathLike[str]) -> None:
 
 __all__ = [
     "DELETE",
+    "PACKAGE_RECIPES",
+    "RECIPE_PATH_ENV",
     "ConfigError",
+    "add_recipe_dir",
     "apply_overrides",
     "bounded",
     "component",
     "components",
     "deep_merge",
+    "find_recipe",
     "from_dict",
     "load_config",
     "load_yaml_tree",
+    "recipe_dirs",
+    "recipe_files",
     "save_config",
     "to_dict",
 ]

@@ -1,23 +1,32 @@
-"""A run as one typed config tree: data, model, optimisation (what ``mmptm pretrain`` validates)."""
+"""A run as one typed config tree: data, model, optimisation (what ``mmptm pretrain`` validates).
+
+The recipes that ship with mmptm are found by name (:func:`list_recipes`, :func:`load_recipe`);
+a folder of your own joins the search with :func:`add_recipe_dir` or ``MMPTM_RECIPE_PATH``.
+"""
 
 from __future__ import annotations
 
 import copy
 import importlib
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from mmptm.config import (
     DELETE,
     ConfigError,
+    add_recipe_dir,
     apply_overrides,
     bounded,
     component,
     components,
+    find_recipe,
     from_dict,
     load_yaml_tree,
+    recipe_files,
 )
 from mmptm.registry import ENCODERS, FUSIONS, MODALITIES, OBJECTIVES
 
@@ -167,9 +176,48 @@ class TrainConfig:
 
 
 @dataclass
+class Reference:
+    """A published system (for a task recipe, a benchmark) that a recipe reproduces."""
+
+    #: the system's name, e.g. ``CLIP``
+    system: str
+    #: the year of its paper
+    year: int
+    #: the paper's authors, short, e.g. ``Radford et al.``
+    paper: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.system} ({', '.join(str(x) for x in (self.paper, self.year) if x)})"
+
+
+#: the recipe families, each a page of the documentation's recipes
+FAMILIES = ("vision-language", "multilingual", "video", "audio", "knowledge")
+
+
+@dataclass
+class RecipeInfo:
+    """What a recipe is, for ``mmptm recipes`` and the documentation; training ignores it."""
+
+    #: one of :data:`FAMILIES` (the shipped recipes), or a family of your own
+    family: str = ""
+    #: the published systems it reproduces, at its size
+    reproduces: list[Reference] = field(default_factory=list)
+    #: what it is, in a sentence
+    summary: str = ""
+    #: the modalities it reads, for a recipe whose encoders come from its ``init`` run (a
+    #: fine-tuning recipe); a recipe with encoders reads theirs
+    modalities: list[str] = field(default_factory=list)
+    #: the vocabulary size the parameter count of ``mmptm recipes`` assumes when the
+    #: tokenizer file (``data.tokenizer``) is not there; 0 = none assumed
+    vocab_size: int = bounded(0, ge=0)
+
+
+@dataclass
 class RunConfig:
     """A pre-training or fine-tuning run: data, model, optimisation, and where it writes."""
 
+    #: what the recipe is and reproduces (listings, documentation); no effect on the run
+    info: RecipeInfo = field(default_factory=RecipeInfo)
     output_dir: str = "runs/default"
     seed: int = 0
     #: Python modules imported before the config is validated: parts defined outside mmptm
@@ -375,7 +423,8 @@ def run_config(tree: Mapping[str, Any]) -> RunConfig:
 
 
 def load_run_config(path: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """Load a recipe with its bases and ``key=value`` overrides into a ``RunConfig``.
+    """Load a recipe (a name or a path) with its bases and ``key=value`` overrides into a
+    ``RunConfig``.
 
     ``data.train=SHARDS`` alone points any recipe at one's own shards: the recipe's
     ``data.sources`` (and its ``model.routes``, which name them) are dropped, with an info
@@ -411,3 +460,74 @@ def _own_train(recipe: dict[str, Any], overrides: Sequence[str], path: str) -> d
         path, keys["data.train"], names, " and model.routes" if routes else "",
     )  # fmt: skip
     return recipe
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes by name
+
+
+def load_recipe(name: str | os.PathLike[str], overrides: Sequence[str] = ()) -> RunConfig:
+    """A recipe, by name (``clip_tiny``, ``vqa``, ``pretrain/clip_tiny``) or path, with its
+    bases and ``key=value`` overrides (e.g. ``["train.max_steps=100"]``), validated.
+
+    >>> load_recipe("clip_tiny", ["train.max_steps=100"]).train.max_steps
+    100
+    """
+    return load_run_config(os.fspath(name), overrides)
+
+
+def recipe_path(name: str) -> Path:
+    """The YAML file of the recipe ``name`` (the first on the search path: the folders added
+    with :func:`add_recipe_dir`, those of ``MMPTM_RECIPE_PATH``, then the package's).
+    An unknown name is a ``ConfigError`` listing the nearest names."""
+    return find_recipe(name)
+
+
+def list_recipes(modality: str | None = None) -> list[str]:
+    """The names of every recipe on the search path, sorted; with ``modality`` (``text``,
+    ``image``, ``regions``, ``video``, ``features``, ``units``, ``audio``), those that read
+    it. An unknown modality is a ``ConfigError`` naming the known ones."""
+    names = sorted(recipe_files())
+    if modality is None:
+        return names
+    known = sorted({ENCODERS.get(n).modality for n in ENCODERS.names()})
+    if modality not in known:
+        raise ConfigError(f"unknown modality {modality!r}; choices: {', '.join(known)}")
+    return [n for n in names if modality in recipe_modalities(load_recipe(n))]
+
+
+def recipe_modalities(cfg: RunConfig) -> list[str]:
+    """The modalities a recipe reads: its encoders', or for one that takes its encoders from
+    its ``init`` run, those ``info.modalities`` names."""
+    found = [ENCODERS.get(c.type).modality for c in cfg.model.encoders.values()]
+    return list(dict.fromkeys(found or cfg.info.modalities))
+
+
+def recipe_kind(name: str | os.PathLike[str]) -> Literal["pretrain", "finetune"]:
+    """``finetune`` for a recipe in a ``finetune`` folder, or elsewhere for one that starts
+    from a run (``init:``); ``pretrain`` otherwise."""
+    path = find_recipe(name)
+    if path.parent.name in ("pretrain", "finetune"):
+        return "finetune" if path.parent.name == "finetune" else "pretrain"
+    return "finetune" if load_yaml_tree(path).get("init") else "pretrain"
+
+
+__all__ = [
+    "FAMILIES",
+    "DataConfig",
+    "ModelConfig",
+    "RecipeInfo",
+    "Reference",
+    "RunConfig",
+    "SourceConfig",
+    "TrainConfig",
+    "add_recipe_dir",
+    "check_recipe",
+    "list_recipes",
+    "load_recipe",
+    "load_run_config",
+    "recipe_kind",
+    "recipe_modalities",
+    "recipe_path",
+    "run_config",
+]

@@ -51,7 +51,7 @@ def tiny_tokenizer(tiny_world: Path) -> Tokenizer:
 
 def tiny_overrides(world: Path, out: Path, recipe: str = "clip_tiny") -> list[str]:
     """Overrides that point a recipe's ``data/toyworld`` paths at ``world`` and shrink it."""
-    tree = load_yaml_tree(ROOT / "configs" / "pretrain" / f"{recipe}.yaml")
+    tree = load_yaml_tree(recipe)
     model = tree.get("model", {})
     # every data/toyworld path: shards of each split and source, codebooks, graph files
     over = [f"output_dir={out}", *relocated(recipe, world)]
@@ -96,7 +96,7 @@ def tiny_clip_run(tiny_world: Path, tmp_path_factory) -> Path:
         *tiny_overrides(tiny_world, out), "data.batch_size=16", "train.max_steps=30",
         "train.warmup_steps=5", "train.ckpt_every=30", "train.log_every=10",
     ]  # fmt: skip
-    pretrain(load_run_config(str(ROOT / "configs" / "pretrain" / "clip_tiny.yaml"), over))
+    pretrain(load_run_config("clip_tiny", over))
     return out
 
 

@@ -9,7 +9,9 @@ mmptm kg train-embeddings TRIPLES --out DIR [--model transe|distmult] [--mmap] [
 mmptm tokenizer train --input PATH [PATH ...] --out PREFIX [--vocab-size N]
 mmptm units fit --shards SPEC (--k K | --levels L --branch B) --out CODEBOOK.npy
                 [--audio-features mfcc | --audio-features RUN --layer L]
-mmptm pretrain CONFIG [key=value ...]
+mmptm recipes [--modality M] [--json]
+mmptm pretrain RECIPE [key=value ...]
+mmptm finetune RECIPE init=RUN [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm eval probe RUN --cloze FILE.jsonl [...] [--candidates FILE] [--group-by facts]
 mmptm eval spans RUN [--shards SPEC | --set NAME=SPEC ...] [--group-by facts] [--out FILE]
@@ -34,7 +36,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mmptm.cli import data, demo, eval, imports, kg, plot, search, tokenizer, train, units
+from mmptm.cli import data, demo, eval, imports, kg, plot, recipes, search, tokenizer, train, units
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
-    for group in (data, kg, imports, tokenizer, units, train, eval, plot, search, demo):
+    for group in (data, kg, imports, tokenizer, units, recipes, train, eval, plot, search, demo):
         group.add_commands(sub)
     return p
 

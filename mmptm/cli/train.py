@@ -1,4 +1,4 @@
-"""``mmptm pretrain`` and ``mmptm finetune``: train from a YAML recipe."""
+"""``mmptm pretrain`` and ``mmptm finetune``: train from a recipe (a name or a YAML file)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,18 @@ import argparse
 import json
 from pathlib import Path
 
+RECIPE_HELP = "a recipe name (`mmptm recipes` lists them) or a YAML file"
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add ``mmptm pretrain`` and ``mmptm finetune``."""
-    pt = sub.add_parser("pretrain", help="pre-train from a YAML recipe")
-    pt.add_argument("config")
+    pt = sub.add_parser("pretrain", help="pre-train from a recipe")
+    pt.add_argument("config", metavar="recipe", help=RECIPE_HELP)
     pt.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     pt.set_defaults(fn=_pretrain)
 
     ft = sub.add_parser("finetune", help="fine-tune a checkpoint (init=...) on a task")
-    ft.add_argument("config")
+    ft.add_argument("config", metavar="recipe", help=RECIPE_HELP)
     ft.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     ft.set_defaults(fn=_finetune)
 

@@ -59,7 +59,7 @@ def evaluate_vqa(
     head = next((o for o in model.objectives.values() if isinstance(o, VQAHead)), None)
     if head is None:
         raise ValueError(
-            "the model has no vqa objective (fine-tune with configs/finetune/vqa.yaml)"
+            "the model has no vqa objective (fine-tune one: mmptm finetune vqa init=RUN)"
         )
     model.to(device)
     stream = stream_config(

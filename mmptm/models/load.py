@@ -51,6 +51,25 @@ def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | ClipTokenize
     return PretrainModel(cfg.model, VocabInfo.from_tokenizer(tokenizer)), tokenizer
 
 
+def count_parameters(cfg: RunConfig, vocab_size: int | None = None) -> int:
+    """How many parameters the model of ``cfg`` has (that of a fresh :func:`build_model`),
+    counted on the meta device: nothing is allocated or initialised, so a base-size recipe is
+    counted in milliseconds.
+
+    ``vocab_size`` stands in for the tokenizer's vocabulary (when its file is not there yet;
+    the recipe's sources name the languages); None reads the tokenizer. The files other parts
+    read (an answer list, a codebook, entity vectors) must be there.
+    """
+    with torch.device("meta"):
+        if vocab_size is None:
+            model, _ = build_model(cfg)
+        else:
+            languages = sorted({lang for s in cfg.data.sources.values() for lang in s.languages})
+            vocab = VocabInfo(vocab_size=vocab_size, languages=tuple(languages))
+            model = PretrainModel(cfg.model, vocab)
+    return sum(p.numel() for p in model.parameters())
+
+
 def load_pretrained(
     path: str, overrides: Sequence[str] = ()
 ) -> tuple[PretrainModel, Tokenizer | ClipTokenizer | None, RunConfig]:

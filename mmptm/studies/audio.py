@@ -63,10 +63,9 @@ class _Study:
 
     def train(self, recipe: str, run: Path, extra: Sequence[str] = ()) -> None:
         """Pre-train (or, ``speech_image``, fine-tune) ``recipe`` at ``run``."""
-        folder = "finetune" if recipe == "speech_image" else "pretrain"
         with timed(self.times, f"train {run.name}"):
             cfg = load_run_config(
-                f"configs/{folder}/{recipe}.yaml",
+                recipe,
                 [f"output_dir={run}", "resume=true", f"seed={self.seed}",
                  f"data.tokenizer={self.data}/tokenizer.model", *extra, *self.overrides],
             )  # fmt: skip

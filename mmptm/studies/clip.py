@@ -97,7 +97,7 @@ def clip_study(
 def _pretrain(run: Path, data: Path, steps: int, seed: int, overrides: Sequence[str]) -> None:
     """clip_tiny on the study's captions, each training sample's in one language."""
     cfg = load_run_config(
-        "configs/pretrain/clip_tiny.yaml",
+        "clip_tiny",
         [
             f"output_dir={run}",
             "resume=true",  # a second `make demo` continues or only evaluates

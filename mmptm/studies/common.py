@@ -60,7 +60,7 @@ def relocated(recipe: str, data: Path) -> list[str]:
         elif isinstance(node, str) and node.startswith("data/toyworld"):
             over.append(f"{key}={node.replace('data/toyworld', str(data), 1)}")
 
-    walk(load_yaml_tree(f"configs/pretrain/{recipe}.yaml"), "")
+    walk(load_yaml_tree(recipe), "")
     return over
 
 

@@ -9,7 +9,7 @@ recipe's switch: no entity vectors, no injected triples, no knowledge-embedding 
 - LAMA-style cloze P@1 in every language (``mmptm eval probe --cloze``), in the training
   text's wording and in a paraphrase the text never uses,
 - entity typing (micro-F1) and relation classification (accuracy) fine-tuned from each
-  pre-trained run (``configs/finetune/entity_typing.yaml``, ``relation_classification.yaml``),
+  pre-trained run (the ``entity_typing`` and ``relation_classification`` recipes),
   on toys the fine-tuning never saw,
 - for the vision-language recipe (``ernie_vl_tiny``): a visual cloze (the caption's opening
   fact about a pictured toy, "The red circle is made of [MASK].", on the test scenes, every
@@ -111,7 +111,7 @@ def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: in
     shards = data / "knowledge" / task / "shards"
     config = {"typing": "entity_typing", "relations": "relation_classification"}[task]
     head = {"typing": "typing", "relations": "relations"}[task]
-    cfg = load_run_config(f"configs/finetune/{config}.yaml", [
+    cfg = load_run_config(config, [
         f"init={run}", f"output_dir={out}", "resume=true", f"seed={seed}",
         f"train.max_steps={steps}", f"train.ckpt_every={steps}", f"data.train={shards}/train-*.tar",
         f"data.eval.dev={shards}/dev-*.tar", f"data.eval.test={shards}/test-*.tar",
@@ -129,7 +129,7 @@ def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: in
 
 
 def _kvqa(run: Path, data: Path, out: Path, steps: int | None, seed: int) -> dict[str, Any]:
-    """Fine-tune a vision-language run on knowledge VQA (``configs/finetune/kvqa.yaml``;
+    """Fine-tune a vision-language run on knowledge VQA (the ``kvqa`` recipe;
     ``steps`` None: its own; entity answers scored against the graph's vectors); the official
     soft accuracy overall and per facts group (each question's ``facts``, from the test
     shards)."""
@@ -138,7 +138,7 @@ def _kvqa(run: Path, data: Path, out: Path, steps: int | None, seed: int) -> dic
     if not answers.exists():
         write_answer_vocab(build_answer_vocab(shard_answers([f"{k}/train-*.tar"]), min_count=1),
                            answers)  # fmt: skip
-    cfg = load_run_config("configs/finetune/kvqa.yaml", [
+    cfg = load_run_config("kvqa", [
         f"init={run}", f"output_dir={out}", "resume=true", f"seed={seed}",
         f"data.train={k}/train-*.tar", f"data.test={k}/test-*.tar",
         f"model.objectives.vqa.answers={answers}",
@@ -294,7 +294,7 @@ def knowledge_study(
             run = out / f"{recipe}_{'graph' if not extra else 'nograph'}"
             runs[name] = run
             t0 = time.monotonic()
-            cfg = load_run_config(f"configs/pretrain/{recipe}.yaml", [
+            cfg = load_run_config(recipe, [
                 f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}",
                 *relocated(recipe, data), *extra, *overrides,
             ])  # fmt: skip

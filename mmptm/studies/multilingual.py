@@ -76,7 +76,7 @@ def _pretrain(
     for name, run in runs.items():
         recipe, variant = variants[name]
         cfg = load_run_config(
-            f"configs/pretrain/{recipe}.yaml",
+            recipe,
             [f"output_dir={run}", "resume=true", f"train.max_steps={steps}", f"seed={seed}", *paths,
              *variant, *overrides],
         )  # fmt: skip
@@ -103,7 +103,7 @@ def _xnli(
         per_seed[name] = []
         for s in seeds:
             cfg = load_run_config(
-                "configs/finetune/xnli.yaml",
+                "xnli",
                 [f"output_dir={out}/xnli_{name.replace(' ', '_')}_{s}", "resume=true", f"seed={s}",
                  f"train.max_steps={ft_steps}", f"data.train={data}/nli/train-en-*.tar",
                  *eval_sets, *init],

@@ -119,7 +119,7 @@ def _pretrain(
     recipe's)."""
     recipe, extra = _VIDEO_RUNS[name]
     cfg = load_run_config(
-        f"configs/pretrain/{recipe}.yaml",
+        recipe,
         [
             f"output_dir={run}",
             "resume=true",
@@ -179,7 +179,7 @@ def _video_qa(
             ft = qa_runs[key] = out / f"{qa}_{name}_{how.replace(' ', '_')}"
             with timed(times, f"video QA {key}"):
                 cfg = load_run_config(
-                    f"configs/finetune/{qa}.yaml",
+                    qa,
                     [init, f"output_dir={ft}", "resume=true",
                      f"seed={seed}", f"train.max_steps={qa_steps}",
                      f"data.tokenizer={data}/tokenizer.model",

@@ -128,7 +128,7 @@ def _pretrain(
         f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
     ]
     cfg = load_run_config(
-        f"configs/pretrain/{base}.yaml",
+        base,
         [
             f"output_dir={run}",
             "resume=true",
@@ -148,7 +148,7 @@ def _finetune(
 ) -> float:
     """VQA fine-tuned at ``ft`` from ``run`` (``init``: its overrides); the test accuracy."""
     cfg = load_run_config(
-        "configs/finetune/vqa.yaml",
+        "vqa",
         [f"init={run}", *init, f"output_dir={ft}", "resume=true", f"seed={seed}",
          f"train.max_steps={ft_steps}", f"data.train={data}/vqa/train-*.tar",
          f"data.test={data}/vqa/test-*.tar", f"model.objectives.vqa.answers={answers}"],

@@ -16,7 +16,6 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import real_parallel_data as rp
-from real_parallel import ROOT as BENCH_ROOT
 from real_parallel import recipe_overrides, tfidf_retrieval
 
 from mmptm.recipe import load_run_config
@@ -188,8 +187,7 @@ TUNED_ON_REAL_TEXT = {
 
 @pytest.mark.parametrize("recipe", sorted(TUNED_ON_REAL_TEXT))
 def test_recipes_carry_the_settings_tuned_on_real_text(recipe, tmp_path):
-    cfg = load_run_config(str(BENCH_ROOT / f"configs/pretrain/{recipe}.yaml"),
-                          recipe_overrides(recipe, tmp_path))  # fmt: skip
+    cfg = load_run_config(recipe, recipe_overrides(recipe, tmp_path))
     for key, expected in TUNED_ON_REAL_TEXT[recipe].items():
         node = cfg
         for part in key.split("."):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from conftest import ROOT
-
 from mmptm.cli import build_parser, main
 from mmptm.config import load_yaml_tree
 from mmptm.converters.audio import DEFAULT_SHARD_SIZE
@@ -74,5 +72,5 @@ def test_toyworld_writes_the_five_languages_the_recipes_and_readme_name(tmp_path
     assert main(["data", "toyworld", "--out", str(out), "--n-train", "5", "--n-val", "0",
                  "--n-test", "0", "--image-size", "16"]) == 0  # fmt: skip
     languages = json.loads((out / "manifest.json").read_text())["languages"]
-    recipe = load_yaml_tree(ROOT / "configs/pretrain/_toyworld_text.yaml")
+    recipe = load_yaml_tree("_toyworld_text")
     assert languages == recipe["data"]["sources"]["mono"]["languages"] == list(LANGS)

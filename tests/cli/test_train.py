@@ -37,7 +37,7 @@ def test_toyworld_tokenizer_pretrain_eval_end_to_end(tmp_path):
               str(world / "tokenizer"), "--vocab-size", "300")  # fmt: skip
     assert r.returncode == 0, r.stderr
     run = tmp_path / "run"
-    r = mmptm("pretrain", "configs/pretrain/clip_tiny.yaml", *tiny_overrides(world, run))
+    r = mmptm("pretrain", "clip_tiny", *tiny_overrides(world, run))
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1])["step"] == 6
     r = mmptm("eval", "retrieval", str(run), "--split", "test", "--out", str(tmp_path / "r.json"))
@@ -50,7 +50,7 @@ def test_toyworld_tokenizer_pretrain_eval_end_to_end(tmp_path):
 
 
 def test_bad_config_key_is_one_clear_line(tmp_path):
-    r = mmptm("pretrain", "configs/pretrain/clip_tiny.yaml", "train.max_step=3",
+    r = mmptm("pretrain", "clip_tiny", "train.max_step=3",
               f"output_dir={tmp_path}/x")  # fmt: skip
     assert r.returncode == 2
     assert "train.max_step" in r.stderr and "Traceback" not in r.stderr
@@ -66,13 +66,13 @@ def test_unwritable_output_dir_is_one_line_before_training(tiny_world, tmp_path,
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     over = [*tiny_overrides(tiny_world, blocker / "run")]
-    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    line = cli_error(capsys, ["pretrain", "clip_tiny", *over])
     assert f"output_dir {blocker / 'run'} is not writable" in line
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
         over = [*tiny_overrides(tiny_world, locked / "run")]
-        line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+        line = cli_error(capsys, ["pretrain", "clip_tiny", *over])
         assert "is not writable" in line and "Permission denied" in line
 
 
@@ -80,10 +80,10 @@ def test_shards_none_of_which_is_readable_are_one_line(tiny_world, tmp_path, cap
     for i in range(2):
         (tmp_path / f"bad-{i}.tar").write_bytes(os.urandom(3000))
     over = [*tiny_overrides(tiny_world, tmp_path / "run"), f"data.train={tmp_path}/bad-*.tar"]
-    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+    line = cli_error(capsys, ["pretrain", "clip_tiny", *over])
     assert "no batch" in line and "2 bad samples were skipped" in line
     with pytest.raises(ValueError, match="no batch"):  # --debug: the traceback
-        main(["--debug", "pretrain", "configs/pretrain/clip_tiny.yaml", *over])
+        main(["--debug", "pretrain", "clip_tiny", *over])
 
 
 def test_the_readme_session_stops_and_resumes(tiny_world, tmp_path, capsys, caplog):
@@ -91,9 +91,9 @@ def test_the_readme_session_stops_and_resumes(tiny_world, tmp_path, capsys, capl
     and resume=true; leaving one out that changes the schedule is refused with what to type."""
     run = tmp_path / "clip"
     base = [*tiny_overrides(tiny_world, run)]  # (they set train.max_steps=6)
-    first = ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "train.max_steps=4"]
+    first = ["pretrain", "clip_tiny", *base, "train.max_steps=4"]
     assert main([*first, "train.stop_at=2"]) == 0  # interrupted at step 2
-    line = cli_error(capsys, ["pretrain", "configs/pretrain/clip_tiny.yaml", *base, "resume=true"])
+    line = cli_error(capsys, ["pretrain", "clip_tiny", *base, "resume=true"])
     assert "train.max_steps=4" in line and "repeat the overrides" in line
     assert main([*first, "train.lr=1e-4", "resume=true"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 4
@@ -106,7 +106,7 @@ def test_two_process_ddp_on_cpu(tiny_world, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     r = subprocess.run(
         [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "mmptm.cli", "pretrain", "configs/pretrain/clip_tiny.yaml",
+         "-m", "mmptm.cli", "pretrain", "clip_tiny",
          *tiny_overrides(tiny_world, run), "train.max_steps=4", "train.ckpt_every=2"],
         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env,
     )  # fmt: skip

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 
 from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.eval.retrieval import (
@@ -53,7 +53,7 @@ def test_recall_needs_a_square_matrix():
 )  # fmt: skip
 def test_retrieval_on_a_trained_checkpoint(recipe, rerank_k, itm_all, tiny_world, tmp_path):
     cfg = load_run_config(
-        str(ROOT / f"configs/pretrain/{recipe}.yaml"),
+        recipe,
         [*tiny_overrides(tiny_world, tmp_path, recipe), "train.max_steps=2"],
     )
     pretrain(cfg)
@@ -192,7 +192,7 @@ def _with_reversed(src, dst, partner) -> None:
 
 def test_reversal_test_scores_own_caption_against_the_reversed_one(tiny_world, tmp_path):
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        "clip_tiny",
         [*tiny_overrides(tiny_world, tmp_path / "run", "clip_tiny"), "train.max_steps=4"],
     )
     pretrain(cfg)
@@ -243,7 +243,7 @@ def test_several_captions_protocol_matches_single_caption_ranks(tiny_world, tmp_
     from mmptm.data.shards import ShardWriter, SkipCounter, expand_shards, tar_samples
 
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        "clip_tiny",
         [*tiny_overrides(tiny_world, tmp_path / "run", "clip_tiny"), "train.max_steps=2"],
     )
     pretrain(cfg)
@@ -266,7 +266,7 @@ def test_several_captions_protocol_matches_single_caption_ranks(tiny_world, tmp_
 
 def test_rerank_without_an_itm_head_is_an_error(tiny_world, tmp_path):
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/clip_tiny.yaml"),
+        "clip_tiny",
         [*tiny_overrides(tiny_world, tmp_path, "clip_tiny"), "train.max_steps=1"],
     )
     pretrain(cfg)
@@ -297,7 +297,7 @@ def test_oscar_scores_an_image_with_its_tags_against_a_caption(tiny_world, tmp_p
 
     run = tmp_path / "run"
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/oscar_tiny.yaml"),
+        "oscar_tiny",
         [*tiny_overrides(tiny_world, run, "oscar_tiny"), "train.max_steps=4"],
     )
     pretrain(cfg)

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT, cli_error, tiny_overrides
+from conftest import cli_error, tiny_overrides
 
 from mmptm.eval.xlingual import (
     SentenceEncoder,
@@ -29,7 +29,7 @@ from mmptm.train.trainer import pretrain
 
 def _config(world, out, recipe, *extra):
     over = [*tiny_overrides(world, out, recipe), "model.fusion.transformer.layers=3", *extra]
-    return load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over)
+    return load_run_config(recipe, over)
 
 
 @pytest.fixture(scope="module")

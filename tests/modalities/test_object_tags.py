@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, read_shard_samples, tiny_overrides
+from conftest import read_shard_samples, tiny_overrides
 
 from mmptm.data.pipeline import Loader, stream_config
 from mmptm.encoders.base import VocabInfo
@@ -21,7 +21,7 @@ from mmptm.models.pretrain import data_transforms
 from mmptm.objectives.mlm import IGNORE
 from mmptm.recipe import load_run_config
 
-RECIPE = str(ROOT / "configs" / "pretrain" / "oscar_tiny.yaml")
+RECIPE = "oscar_tiny"
 
 
 def _first_batch(world, tmp_path, *over: str) -> tuple[dict, object]:

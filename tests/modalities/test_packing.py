@@ -153,7 +153,7 @@ def test_pretrain_with_packed_mono_and_tlm_batches(tiny_world, tmp_path):
     recipe = "xlm_tlm_tiny"
     over = tiny_overrides(tiny_world, tmp_path / "run", recipe)
     over += ["data.sources.mono.pack=128", "data.sources.tlm.pack=192", "train.log_every=1"]
-    cfg = load_run_config(f"configs/pretrain/{recipe}.yaml", over)
+    cfg = load_run_config(recipe, over)
     trainer = Trainer(cfg)
     batches = [b for _, b in zip(range(6), ShardStream(trainer.stream, epoch=0))]
     assert {b["__source__"].split("/")[0] for b in batches} == {"mono", "tlm"}
@@ -169,4 +169,4 @@ def test_pretrain_with_packed_mono_and_tlm_batches(tiny_world, tmp_path):
     bad = [*tiny_overrides(tiny_world, tmp_path / "xlco", "xlm_xlco_tiny"),
            "data.sources.xlco.pack=96"]  # fmt: skip
     with pytest.raises(ValueError, match=r"data.sources.xlco.pack: objectives \['xlco'\]"):
-        load_run_config("configs/pretrain/xlm_xlco_tiny.yaml", bad)
+        load_run_config("xlm_xlco_tiny", bad)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 
 from mmptm import toyworld
 from mmptm.data.pipeline import Loader, stream_config
@@ -46,7 +46,7 @@ def _config(recipe, tiny_world, speech_world, tmp_path, extra=()):
         book = tmp_path / "mfcc_k8.npy"
         fit_audio_codebook(f"{tiny_world}/audio/train-*.tar", book, k=8, seed=0)
         over.append(f"model.objectives.hubert.codebook={book}")
-    return load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), [*over, *extra])
+    return load_run_config(recipe, [*over, *extra])
 
 
 @pytest.mark.parametrize("recipe", AUDIO_TINY)
@@ -81,7 +81,7 @@ def test_audio_base_recipes_build_at_published_shapes(recipe, tiny_world, tmp_pa
 
         np.save(book, np.zeros((100, 39), np.float32))
         over.append(f"model.objectives.hubert.codebook={book}")
-    cfg = load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over)
+    cfg = load_run_config(recipe, over)
     model, _ = build_model(cfg)
     audio = sum(p.numel() for p in model.encoders["audio"].parameters()) / 1e6
     # wav2vec 2.0 / HuBERT BASE: 94.4 M in the encoder; AST-B ~86 M; SpeechBERT: 6 layers
@@ -136,13 +136,13 @@ def test_speechbert_audio_encoder_carries_over_to_speech_image(tiny_world, speec
         "data.num_workers=0", "model.width=32", "train.progress=false",
         *[f"data.{s}={speech_world}/speech/{s}-*.tar" for s in ("train", "val", "test")],
     ]  # fmt: skip
-    ft = load_run_config(str(ROOT / "configs/finetune/speech_image.yaml"), over)
+    ft = load_run_config("speech_image", over)
     pretrain(ft)
     src, _, _ = load_pretrained(str(tmp_path / "sb"))
     dst, _, _ = load_pretrained(str(tmp_path / "si"))
     # the audio encoder started from SpeechBERT's: one fine-tuning step moves it far less
     # than the distance to a freshly initialised one
-    fresh, _ = build_model(load_run_config(str(ROOT / "configs/finetune/speech_image.yaml"), over))
+    fresh, _ = build_model(load_run_config("speech_image", over))
     a = src.encoders["audio"].state_dict()
     b = dst.encoders["audio"].state_dict()
     c = fresh.encoders["audio"].state_dict()
@@ -154,7 +154,7 @@ def test_speechbert_audio_encoder_carries_over_to_speech_image(tiny_world, speec
 
 @pytest.mark.slow
 def test_audio_classification_finetunes_a_pretrained_encoder(tiny_world, speech_world, tmp_path):
-    """`mmptm finetune configs/finetune/audio_classification.yaml init=RUN`: the wav2vec 2.0
+    """`mmptm finetune audio_classification init=RUN`: the wav2vec 2.0
     encoder of the run with a new head on its pooled vector, scored on data.eval."""
     import json
 
@@ -166,7 +166,7 @@ def test_audio_classification_finetunes_a_pretrained_encoder(tiny_world, speech_
     pretrain(cfg)
     audio = f"{tiny_world}/audio"
     argv = [
-        "finetune", str(ROOT / "configs/finetune/audio_classification.yaml"),
+        "finetune", "audio_classification",
         f"init={tmp_path / 'w2v'}", f"output_dir={tmp_path / 'cls'}", "train.max_steps=2",
         f"data.train={audio}/train-*.tar", f"data.test={audio}/test-*.tar",
         f"data.eval.test={audio}/test-*.tar", "data.batch_size=8", "data.num_workers=0",

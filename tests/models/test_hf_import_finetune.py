@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
-from conftest import ROOT, read_shard_samples
+from conftest import read_shard_samples
 
 from mmptm.config import load_config
 from mmptm.data.pipeline import Loader
@@ -23,7 +23,7 @@ from mmptm.train.trainer import Trainer
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
 
-XNLI = str(ROOT / "configs/finetune/xnli.yaml")
+XNLI = "xnli"
 LANGS = ("en", "de", "fr", "ru", "es")
 #: per-sentence tokens in xnli.yaml; a joined pair takes up to twice that, + XLM-R's offset 2
 MAX_LEN = 48

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 from kworld import write_knowledge_world
 
 from mmptm.data.pipeline import Loader, stream_config
@@ -29,7 +29,7 @@ def kworld(tmp_path_factory) -> Path:
 
 def _setup(recipe: str, world: Path, out: Path, *extra: str):
     over = tiny_overrides(world, out, recipe) + list(extra)  # (it points every path at world)
-    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over)
+    cfg = load_run_config(recipe, over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
@@ -87,7 +87,7 @@ def test_ernie_without_the_graph(kworld, tmp_path):
 def _sources(recipe: str, world: Path, out: Path, *extra: str):
     """The model and one batch of each data source of a mixture recipe."""
     over = tiny_overrides(world, out, recipe) + list(extra)
-    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / f"{recipe}.yaml"), over)
+    cfg = load_run_config(recipe, over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
@@ -163,7 +163,7 @@ def test_ernie_vl_tiny_entities_on_text_and_regions(kworld, tmp_path):
 
 def _kbert(world: Path, out: Path, *extra: str):
     over = tiny_overrides(world, out, "kbert_tiny") + list(extra)
-    cfg = load_run_config(str(ROOT / "configs" / "pretrain" / "kbert_tiny.yaml"), over)
+    cfg = load_run_config("kbert_tiny", over)
     torch.manual_seed(0)
     model, tok = build_model(cfg)
     vocab = VocabInfo.from_tokenizer(tok)
@@ -222,7 +222,7 @@ def test_kepler_through_the_command_line(kworld, tmp_path, capsys):
     over = [o for o in over if not o.startswith("data.sources.triples.shards")]
     over += [f"data.sources.triples.shards={tmp_path}/triples/train-*.tar",
              f"model.objectives.ke.relations={tmp_path}/triples/relations.txt"]  # fmt: skip
-    assert main(["pretrain", str(ROOT / "configs" / "pretrain" / "kepler_tiny.yaml"), *over]) == 0
+    assert main(["pretrain", "kepler_tiny", *over]) == 0
     capsys.readouterr()
     argv = ["eval", "link-prediction", str(run), "--graph", str(k / "graph"), "--split", "train"]
     assert main(argv) == 0

@@ -1,4 +1,4 @@
-"""Every recipe in configs/pretrain builds; every tiny one trains a step reaching every weight."""
+"""Every pre-training recipe builds; every tiny one trains a step reaching every weight."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 
 from mmptm.data.pipeline import Loader, stream_config
 from mmptm.data.shards import expand_shards
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
 from mmptm.models.pretrain import data_transforms
-from mmptm.recipe import load_run_config
+from mmptm.recipe import list_recipes, load_run_config, recipe_kind, recipe_path
 from mmptm.registry import MODALITIES
 
-RECIPES = sorted(
-    p for p in (ROOT / "configs/pretrain").glob("*.yaml") if not p.name.startswith("_")
-)
+RECIPES = [recipe_path(n) for n in list_recipes() if recipe_kind(n) == "pretrain"]
 TINY = [p for p in RECIPES if p.stem.endswith("_tiny")]
 BASE = [p for p in RECIPES if p.stem.endswith("_base")]
 
@@ -148,7 +146,7 @@ def test_routes_must_name_data_sources(tiny_world, tmp_path):
     from mmptm.train.trainer import Trainer
 
     over = tiny_overrides(tiny_world, tmp_path, "xlm_xlco_tiny")
-    cfg = load_run_config(str(ROOT / "configs/pretrain/xlm_xlco_tiny.yaml"), over)
+    cfg = load_run_config("xlm_xlco_tiny", over)
     cfg.model.routes["pairs"] = ["xlco"]  # the recipe's source is called xlco
     with pytest.raises(ValueError, match=r"model.routes names \['pairs'\], which are not data"):
         Trainer(cfg)

@@ -1,11 +1,11 @@
-"""configs/finetune/video_qa.yaml: a single-stream video + question model that starts from a
+"""The video_qa recipe: a single-stream video + question model that starts from a
 pre-trained dual video_clip run (``init_mode: encoders``) or from scratch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ROOT, synthetic_batch, tiny_overrides
+from conftest import synthetic_batch, tiny_overrides
 
 from mmptm.config import to_dict
 from mmptm.encoders.base import VocabInfo
@@ -13,7 +13,7 @@ from mmptm.models import checkpoint
 from mmptm.models.load import build_model, init_from, load_init
 from mmptm.recipe import load_run_config
 
-QA = str(ROOT / "configs/finetune/video_qa.yaml")
+QA = "video_qa"
 SMALL = [
     "model.width=32",
     "model.fusion.transformer.heads=2",
@@ -31,7 +31,7 @@ def _pretrained_clip(tiny_world, tmp_path):
         *tiny_overrides(tiny_world, run, "video_clip_tiny"),
         "model.fusion.transformer.layers=2",
     ]
-    cfg = load_run_config(str(ROOT / "configs/pretrain/video_clip_tiny.yaml"), over)
+    cfg = load_run_config("video_clip_tiny", over)
     torch.manual_seed(1)
     model, _ = build_model(cfg)
     checkpoint.write(run / checkpoint.CKPT_DIR, 1, model=model.state_dict(), config=to_dict(cfg))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, synthetic_batch, tiny_overrides
+from conftest import synthetic_batch, tiny_overrides
 
 from mmptm.encoders.base import VocabInfo
 from mmptm.models.load import build_model
@@ -28,7 +28,7 @@ def _config(recipe: str, tiny_world, tmp_path, extra=()):
     tree_has_units = "videobert" in recipe
     if tree_has_units:
         over.append(f"model.encoders.units.codebook={_codebook(tmp_path)}")
-    return load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), [*over, *extra])
+    return load_run_config(recipe, [*over, *extra])
 
 
 @pytest.mark.parametrize("recipe", VIDEO_TINY)

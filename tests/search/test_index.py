@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, cli_error, tiny_overrides
+from conftest import cli_error, tiny_overrides
 from PIL import Image
 
 from mmptm.cli import main
@@ -30,7 +30,7 @@ from mmptm.train.trainer import pretrain
 
 def _train(world, out, recipe, steps=4, extra=()):
     cfg = load_run_config(
-        str(ROOT / f"configs/pretrain/{recipe}.yaml"),
+        recipe,
         [*tiny_overrides(world, out, recipe), f"train.max_steps={steps}", *extra],
     )
     pretrain(cfg)

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 from PIL import Image
 
 from mmptm.data.pipeline import single_pass, stream_config
@@ -24,7 +24,7 @@ from mmptm.train.trainer import pretrain
 
 def _train(world, out, recipe, steps=4):
     cfg = load_run_config(
-        str(ROOT / f"configs/pretrain/{recipe}.yaml"),
+        recipe,
         [*tiny_overrides(world, out, recipe), f"train.max_steps={steps}"],
     )
     pretrain(cfg)

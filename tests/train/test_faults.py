@@ -35,7 +35,7 @@ from mmptm.models import checkpoint
 from mmptm.models.pretrain import PretrainModel, PretrainOutput
 from mmptm.recipe import DataConfig, load_run_config
 
-CLIP = "configs/pretrain/clip_tiny.yaml"
+CLIP = "clip_tiny"
 
 
 def test_full_disk_is_one_line_and_keeps_the_last_checkpoint(

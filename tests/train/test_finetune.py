@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 
 from mmptm.eval.classification import evaluate_classification, evaluate_sets
 from mmptm.eval.xlingual import evaluate_xlingual
@@ -12,7 +12,7 @@ from mmptm.models import checkpoint
 from mmptm.recipe import load_run_config
 from mmptm.train.trainer import Trainer, pretrain
 
-XNLI = str(ROOT / "configs/finetune/xnli.yaml")
+XNLI = "xnli"
 LANGS = ("en", "de", "fr", "ru", "es")
 
 
@@ -20,7 +20,7 @@ LANGS = ("en", "de", "fr", "ru", "es")
 def pretrained(tiny_world, tmp_path_factory):
     run = tmp_path_factory.mktemp("xlm")
     cfg = load_run_config(
-        str(ROOT / "configs/pretrain/xlm_tlm_tiny.yaml"),
+        "xlm_tlm_tiny",
         # language embeddings: not the recipe's default, so the fine-tuning can only have
         # them from the checkpoint's architecture
         [*tiny_overrides(tiny_world, run, "xlm_tlm_tiny"), "train.max_steps=4",
@@ -76,7 +76,7 @@ def test_a_routed_pretraining_fine_tunes_with_the_recipes_own_routes(tiny_world,
         "train.max_steps=2",
         "model.fusion.modality_pooling=first",
     ]  # not the default: must come from the run
-    pretrain(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
+    pretrain(load_run_config(recipe, over))
     cfg = _xnli(tiny_world, tmp_path / "ft", tmp_path / "pre")
     trainer = Trainer(cfg)
     assert cfg.model.routes == {} and cfg.model.fusion.modality_pooling == "first"

@@ -30,7 +30,7 @@ from mmptm.models import checkpoint
 from mmptm.recipe import load_run_config
 from mmptm.train.trainer import leave_process_group
 
-CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
+CLIP = "clip_tiny"
 needs_gloo = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="needs gloo"
 )

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from conftest import MATERIALS, OWNERS, ROOT, TOYS
+from conftest import MATERIALS, OWNERS, TOYS
 
 from mmptm.cli import main
 
@@ -63,7 +63,7 @@ def test_convert_finetune_evaluate(toy_text_run, tmp_path, capsys, task):
     }[task]
     run = tmp_path / "ft"
     argv = [
-        "finetune", str(ROOT / f"configs/finetune/{recipe}.yaml"), f"init={toy_text_run}",
+        "finetune", recipe, f"init={toy_text_run}",
         f"output_dir={run}", f"data.train={data}/train-*.tar", f"data.eval.dev={data}/test-*.tar",
         f"data.eval.test={data}/test-*.tar", f"model.objectives.{head}.labels={data}/labels.txt",
         "data.batch_size=4", "data.num_workers=0", "train.max_steps=3", "train.warmup_steps=1",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TEXT_MLM, text_mlm_overrides, tiny_overrides
+from conftest import TEXT_MLM, text_mlm_overrides, tiny_overrides
 
 from mmptm.config import ConfigError
 from mmptm.models import checkpoint
@@ -20,8 +20,8 @@ from mmptm.recipe import TrainConfig, load_run_config
 from mmptm.train.optim import lr_factor, param_groups
 from mmptm.train.trainer import NonFiniteLoss, Trainer, pretrain
 
-VILT = str(ROOT / "configs/pretrain/vilt_tiny.yaml")
-CLIP = str(ROOT / "configs/pretrain/clip_tiny.yaml")
+VILT = "vilt_tiny"
+CLIP = "clip_tiny"
 
 
 def _rows(run: Path) -> list[dict]:
@@ -232,4 +232,4 @@ def test_fsdp_refuses_settings_that_let_ranks_train_different_parameters(tiny_wo
                                                                          recipe, key):  # fmt: skip
     over = [*tiny_overrides(tiny_world, tmp_path, recipe), "train.parallel=fsdp"]
     with pytest.raises(ValueError, match=f"same parameters at each step, but {key} "):
-        Trainer(load_run_config(str(ROOT / f"configs/pretrain/{recipe}.yaml"), over))
+        Trainer(load_run_config(recipe, over))

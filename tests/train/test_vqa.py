@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, tiny_overrides
+from conftest import tiny_overrides
 
 from mmptm.cli import main
 from mmptm.converters.answers import read_answer_vocab
@@ -20,7 +20,7 @@ def test_vqa_fine_tuning_from_a_uniter_checkpoint(tiny_world, tmp_path):
     pre = tmp_path / "uniter"
     pretrain(
         load_run_config(
-            str(ROOT / "configs/pretrain/uniter_tiny.yaml"),
+            "uniter_tiny",
             [*tiny_overrides(tiny_world, pre, "uniter_tiny"), "train.max_steps=4"],
         )
     )
@@ -31,7 +31,7 @@ def test_vqa_fine_tuning_from_a_uniter_checkpoint(tiny_world, tmp_path):
     assert {"yes", "no", "1", "2", "red", "circle"} <= set(vocab)
     run = tmp_path / "vqa"
     cfg = load_run_config(
-        str(ROOT / "configs/finetune/vqa.yaml"),
+        "vqa",
         [
             f"init={pre}",
             f"output_dir={run}",
