@@ -141,7 +141,7 @@ class TrainConfig:
     #: 0 keeps all
     keep_checkpoints: int = bounded(2, ge=0)
     #: a progress bar on a terminal, a log line every log_every steps elsewhere
-    #: (MMPTM_PROGRESS=bar|lines|off overrides the choice; README, Training)
+    #: (MMPTM_PROGRESS=bar|lines|off overrides the choice; docs/training.md, Progress)
     progress: bool = True
     #: TensorBoard event files beside metrics.jsonl (``tensorboard --logdir runs/``)
     tensorboard: bool = True
@@ -368,7 +368,7 @@ def _upgrade_data(data: dict[str, Any]) -> dict[str, Any]:
     old = [k for k in (*MOVED, *IMAGE_KEYS) if k in data]
     if not old:
         return {}
-    log.warning("config: data.%s moved (see README, Configs); read as before", ", data.".join(old))
+    log.warning("config: data.%s moved (see docs/configs.md); read as before", ", data.".join(old))
     for key, (modality, name) in MOVED.items():
         if key in data:
             modalities = data.setdefault("modalities", {})
@@ -387,7 +387,7 @@ def _nest_backbone(enc: dict[str, Any], where: str) -> dict[str, Any] | None:
     old = [k for k in BACKBONE_KEYS if k in enc]
     if old:
         log.warning(
-            "config: %s.%s moved into %s.backbone (see README, Configs); read as before",
+            "config: %s.%s moved into %s.backbone (see docs/configs.md); read as before",
             where, f", {where}.".join(old), where,
         )  # fmt: skip
         for key in old:

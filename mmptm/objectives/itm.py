@@ -133,7 +133,7 @@ class ImageTextMatching(Objective):
         negatives: str = "random"
         #: overlap negatives: the text whose pieces are compared (the side not swapped), and
         #: the share of negatives that are overlap ones (the rest stay random: from hard ones
-        #: alone ITM learns nothing in 1000 steps on toyworld, README)
+        #: alone ITM learns nothing in 1000 steps on toyworld, docs/results/vision-language.md)
         overlap_key: str = "input_ids"
         overlap_share: float = 0.5
         #: hard negatives: the name of the contrastive objective whose scores rank them

@@ -1,7 +1,7 @@
 """The knowledge study (``mmptm demo knowledge``): does a model use the knowledge graph?
 
 toyworld's knowledge view (60 named toys; half of them have their facts stated in the
-training text, the other half only in the graph: README, "toyworld knowledge") →
+training text, the other half only in the graph: docs/knowledge.md, "toyworld knowledge") →
 tokenizer → TransE vectors of the graph (``mmptm kg train-embeddings``) → per recipe two
 pre-trainings of the same architecture and steps, **with the graph** and **without** (the
 recipe's switch: no entity vectors, no injected triples, no knowledge-embedding batches) →

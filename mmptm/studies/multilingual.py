@@ -29,7 +29,8 @@ def multilingual_study(
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """MLM vs MLM+TLM vs MLM+TLM+XLCO: cross-lingual retrieval and zero-shot XNLI (module doc)."""
-    # BPE: unigram stops at ~250 pieces on toyworld, near letter level (README, Results).
+    # BPE: unigram stops at ~250 pieces on toyworld, near letter level
+    # (docs/results/multilingual.md).
     # The tokenizer sees all the pre-training text (captions and statements), as XLM-R's
     # saw CommonCrawl; captions alone left NLI words such as "The" as [UNK].
     data = prepare_data(out, n_train, n_test, seed, LANGS, 2000, views=("mono",), model_type="bpe")
