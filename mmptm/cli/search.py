@@ -10,6 +10,12 @@ from pathlib import Path
 
 from mmptm.registry import default_of
 
+#: help of --verify (retrieve, serve)
+VERIFY = (
+    "check every index file's SHA-256 against index.json before answering (reads them all; "
+    "their sizes are always checked)"
+)
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add ``mmptm index``, ``mmptm retrieve`` and ``mmptm serve``."""
@@ -60,6 +66,9 @@ def _index_arguments(ix: argparse.ArgumentParser) -> None:
     ix.add_argument("--device", default=default_of(fn, "device"))
     ix.add_argument("--thumbnail-size", type=int, default=default_of(fn, "thumbnail_size"),
                     help="longest side, pixels")  # fmt: skip
+    ix.add_argument("--strict", action="store_true",
+                    help="fail on a damaged shard or a sample that cannot be read, instead "
+                    "of skipping and counting it")  # fmt: skip
     ix.set_defaults(fn=_index)
 
 
@@ -73,10 +82,11 @@ def _index(args: argparse.Namespace) -> int:
         args.run, args.shards, args.out, add=args.add,
         options=IndexOptions(**given) if given else None, batch_size=args.batch_size,
         workers=args.workers, device=args.device, thumbnail_size=args.thumbnail_size,
-        overrides=args.overrides,
+        overrides=args.overrides, strict=args.strict,
     )  # fmt: skip
+    damaged = f"; damaged shards: {len(summary['damaged'])}" if summary["damaged"] else ""
     print(f"{summary['added']} items → {args.out} ({summary['items']} in all; skipped: "
-          f"{summary['skipped']}) in {summary['seconds']} s")  # fmt: skip
+          f"{summary['skipped']}{damaged}) in {summary['seconds']} s")  # fmt: skip
     print(json.dumps(summary, ensure_ascii=False))
     return 0
 
@@ -107,6 +117,7 @@ def _retrieve_arguments(rt: argparse.ArgumentParser) -> None:
         help="the run to load (default: the checkpoint the index was built with)",
     )
     rt.add_argument("--device", default=default_of(SearchIndex.open, "device"))
+    rt.add_argument("--verify", action="store_true", help=VERIFY)
     rt.add_argument("--json", action="store_true", help="print the hits as JSON")
     rt.set_defaults(fn=_retrieve)
 
@@ -123,7 +134,7 @@ def _retrieve(args: argparse.Namespace) -> int:
     if asked[0] != "QUERY" and (args.rerank_k or args.query_lang):
         raise ValueError(f"--rerank-k and --query-lang go with a text QUERY, not {asked[0]}")
     image = Path(args.image).read_bytes() if args.image else None
-    index = SearchIndex.open(args.index, device=args.device, run=args.run)
+    index = SearchIndex.open(args.index, device=args.device, run=args.run, verify=args.verify)
     if args.nprobe is not None or args.ef is not None:
         index.set_search(nprobe=args.nprobe, ef=args.ef)
     common = dict(k=args.k, side=args.side, lang=args.lang)
@@ -160,6 +171,7 @@ def _serve_arguments(sv: argparse.ArgumentParser) -> None:
     sv.add_argument("--device", default=default_of(fn, "device"),
                     help="where the model encodes queries")  # fmt: skip
     sv.add_argument("--run", default=None, help="model run instead of the one in index.json")
+    sv.add_argument("--verify", action="store_true", help=VERIFY)
     sv.set_defaults(fn=_serve)
 
 
@@ -171,5 +183,6 @@ def _serve(args: argparse.Namespace) -> int:
               f"its schema at {url}openapi.json); Ctrl+C stops", flush=True)  # fmt: skip
 
     serve(args.index, host=args.host, port=args.port, device=args.device, run=args.run,
-          log_level="debug" if args.verbose else "info", on_ready=ready)  # fmt: skip
+          log_level="debug" if args.verbose else "info", on_ready=ready,
+          verify=args.verify)  # fmt: skip
     return 0

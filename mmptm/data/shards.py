@@ -3,6 +3,8 @@
 Reading: :func:`expand_shards` resolves a spec (glob, brace pattern, directory, comma list),
 :func:`tar_samples` groups tar members into samples with webdataset's readers, and a
 :class:`SkipCounter` handler logs and counts what cannot be read instead of stopping.
+:func:`check_shard` scans a shard's headers for the damage a streaming reader stops at
+without a word (garbage in the middle, a file cut short at a header).
 Writing: every converter (toyworld, COCO, VQA, XNLI...) writes through :class:`ShardWriter`,
 so the same samples always give byte-identical shards and an interrupted run never leaves a
 truncated shard under a final name.
@@ -15,8 +17,11 @@ import io
 import json
 import logging
 import os
+import re
 import tarfile
+import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
@@ -27,8 +32,10 @@ import braceexpand
 from mmptm.modalities.base import Sample
 
 __all__ = [
+    "ShardCheck",
     "ShardWriter",
     "SkipCounter",
+    "check_shard",
     "count_samples",
     "encode_member",
     "expand_shards",
@@ -120,6 +127,132 @@ def count_samples(urls: Iterable[str]) -> int:
         st = os.stat(u)
         total += _count(u, st.st_size, st.st_mtime)
     return total
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """What a scan of one shard's tar headers found: its samples, and where it is damaged."""
+
+    url: str
+    #: distinct sample keys a streaming reader gets (up to the damage, if any)
+    samples: int
+    #: samples whose headers lie past the damage: a reader stops before them
+    lost: int = 0
+    #: what is wrong, in one line; None for a sound shard
+    error: str | None = None
+    #: byte offset of the damage (of the end, for a file cut short)
+    offset: int | None = None
+
+
+def check_shard(url: str) -> ShardCheck:
+    """Scan a shard's headers (cached per file version). A streaming tar reader takes an
+    unreadable header past the first for the end of the archive, so garbage in the middle
+    of a shard, or a shard cut at a header, loses the samples after it without an error:
+    this finds such damage (anything but zeros after the last member, or no end marker)
+    and counts the samples past it by looking for intact headers further on."""
+    st = os.stat(url)
+    return _check(url, st.st_size, st.st_mtime)
+
+
+@lru_cache(maxsize=4096)
+def _check(url: str, size: int, mtime: float) -> ShardCheck:
+    keys: set[str] = set()
+    with open(url, "rb") as f:
+        try:
+            tar = _open_tar(f)
+        except tarfile.ReadError as e:
+            what = "an empty file" if size == 0 else f"not a tar file ({e})"
+            return ShardCheck(url, 0, error=what, offset=0)
+        last = None
+        try:
+            for last in tar:
+                _add_key(keys, last)
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+            after = f" in member {last.name!r}" if last is not None else ""
+            if str(e) == "unexpected end of data":
+                what = f"cut short: the file ends at byte {size}{after}"
+                return ShardCheck(url, len(keys), error=what, offset=size)
+            return ShardCheck(url, len(keys), error=f"unreadable{after}: {e}", offset=tar.offset)
+        end, data = tar.offset, tar.fileobj
+        data.seek(end)
+        tail = 0
+        while chunk := data.read(1 << 20):
+            zeros = len(chunk) - len(chunk.lstrip(b"\0"))
+            if zeros < len(chunk):
+                at = end + tail + zeros
+                if data is f and size - end < tarfile.BLOCKSIZE:
+                    what = f"cut short: the file ends at byte {size} inside a tar header"
+                    return ShardCheck(url, len(keys), error=what, offset=size)
+                lost = len(_keys_past(f, at) - keys) if data is f else 0
+                what = f"damaged at byte {at} (not a tar header): {lost} samples past it are lost"
+                return ShardCheck(url, len(keys), lost, what, at)
+            tail += len(chunk)
+    if not tail:
+        what = f"no end-of-archive marker after byte {end}: the file may be cut short"
+        return ShardCheck(url, len(keys), error=what, offset=end)
+    return ShardCheck(url, len(keys))
+
+
+def _open_tar(f: io.BufferedReader) -> tarfile.TarFile:
+    """A tar (compressed or not) for random access; a plain tar's error if neither opens."""
+    try:
+        return tarfile.open(fileobj=f, mode="r:")
+    except tarfile.ReadError as plain:
+        f.seek(0)
+        try:
+            return tarfile.open(fileobj=f, mode="r:*")
+        except tarfile.ReadError:
+            raise plain from None
+
+
+#: members webdataset's reader leaves out (its ``skip_meta``)
+_META = re.compile(r"__[^/]*__($|/)")
+
+
+def _add_key(keys: set[str], member: tarfile.TarInfo) -> None:
+    """Add the sample key of a member, as webdataset groups members into samples."""
+    from webdataset.tariterators import base_plus_ext
+
+    if member.isreg() and not _META.match(member.name):
+        key, _ = base_plus_ext(member.name)
+        if key is not None:
+            keys.add(key)
+
+
+def _keys_past(f: io.BufferedReader, start: int) -> set[str]:
+    """Sample keys of the intact members after byte ``start``: from each valid header found
+    further on (the "ustar" magic, a right checksum), read on as a tar of its own."""
+    keys: set[str] = set()
+    pos = start + 1
+    while (at := _next_header(f, pos)) is not None:
+        f.seek(at)
+        with tarfile.open(fileobj=f, mode="r:") as tar:
+            try:
+                for member in tar:
+                    _add_key(keys, member)
+            except tarfile.ReadError:  # cut short further on
+                break
+            pos = max(tar.offset, at + tarfile.BLOCKSIZE)
+    return keys
+
+
+def _next_header(f: io.BufferedReader, pos: int, chunk: int = 1 << 20) -> int | None:
+    """Offset of the first valid tar header at or after ``pos``; None if there is none."""
+    magic = 257  # where a header holds "ustar"
+    while True:
+        f.seek(pos)
+        buf = f.read(chunk + magic + 5)  # overlapping reads: no magic is cut in two
+        i = buf.find(b"ustar", magic)
+        while 0 <= i < chunk + magic:
+            f.seek(pos + i - magic)
+            try:
+                tarfile.TarInfo.frombuf(f.read(tarfile.BLOCKSIZE), "utf-8", "surrogateescape")
+                return pos + i - magic
+            except tarfile.HeaderError:
+                i = buf.find(b"ustar", i + 1)
+        if len(buf) < chunk + magic + 5:
+            return None
+        pos += chunk
 
 
 @lru_cache(maxsize=64)

@@ -17,11 +17,15 @@ Legend: N vectors, E embedding width, K candidates.
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 import logging
+import os
+import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -36,7 +40,7 @@ from tqdm import tqdm
 from mmptm.batch import KEY, RECORD
 from mmptm.data.decode import Collate, Decoder
 from mmptm.data.pipeline import StreamConfig, SubSource, single_pass
-from mmptm.data.shards import count_samples, expand_shards, read_sample
+from mmptm.data.shards import ShardCheck, check_shard, expand_shards, read_sample
 from mmptm.eval.retrieval import albef_rerank_score, objective_types
 from mmptm.modalities.base import Sample
 from mmptm.modalities.sentences import every_segment
@@ -45,12 +49,15 @@ from mmptm.search.sides import DualEncoder, text_sample
 from mmptm.search.store import (
     FORMAT,
     VERSION,
+    DamagedIndex,
     IndexOptions,
     ThumbnailWriter,
+    check_files,
     new_index,
     now,
     prepare,
     read_meta,
+    read_part,
     read_span,
     remove_unreferenced,
     write_meta,
@@ -146,65 +153,158 @@ def build_index(
     device: str = "cpu",
     thumbnail_size: int = 128,
     overrides: Sequence[str] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
     """Embed every sample of ``shards`` into a new index at ``out``, or ``add`` them to it.
 
     Adding needs the same weights the index was built with (checked by a digest of every
     weight) and keeps its type and settings; samples whose key the index already holds are
-    skipped and counted, as are samples that cannot be decoded and (on a text-only model)
-    samples without a sentence. Returns a summary of what was done.
+    skipped and counted, as are (on a text-only model) samples without a sentence. Shards
+    are read as training reads them: a sample that cannot be read or decoded, and a shard
+    that is damaged or no tar at all, is skipped and counted per shard (``damaged`` in the
+    summary and in the batch's record in ``index.json``); ``strict`` makes any of them an
+    error. A new index is built in a folder beside ``out`` and renamed to ``out`` once
+    complete; an ``add`` that fails removes what it wrote. Returns a summary.
     """
     t0 = time.perf_counter()
     out = Path(out)
     urls = expand_shards(shards)
     if batch_size < 1 or workers < 0 or thumbnail_size < 16:
         raise ValueError("need --batch-size >= 1, --workers >= 0 and --thumbnail-size >= 16")
+    checks = _check_shards(urls, strict)
     if add:
         meta = read_meta(out)
-        if options is not None:
-            raise ValueError(
-                f"--add keeps the index's settings ({meta['options']}): leave out "
-                "--index-type, --nlist, --m, --nprobe, --ef"
-            )
-        if overrides and list(overrides) != meta["overrides"]:
-            raise ValueError(
-                f"--add uses the overrides the index was built with: {meta['overrides']}"
-            )
-        overrides, thumbnail_size = meta["overrides"], meta["thumbnail_size"]
-        options = IndexOptions(**meta["options"])
+        check_files(out, meta)
+        options, overrides, thumbnail_size = _kept_settings(meta, options, overrides)
     else:
-        if (out / "index.json").exists():
-            raise ValueError(f"{out} already holds an index: --add appends to it")
-        if out.exists():
-            remove_unreferenced(out, {})  # the files of a first build that stopped half-way
-            if any(out.iterdir()):
-                raise ValueError(f"--out {out} is a folder that is not empty")
+        _check_new_out(out)
         options = options or IndexOptions()
     enc, ident = DualEncoder.load(run, overrides, device, batch_size)
     if add:
         check_same_weights(meta, ident, run)
     else:
-        out.mkdir(parents=True, exist_ok=True)
         meta = _new_meta(enc, ident, overrides, options, thumbnail_size)
+    work = out if add else _work_dir(out)
+    try:
+        summary = _add_batch(
+            enc, meta, work, shards, checks, options, strict=strict, batch_size=batch_size,
+            workers=workers, thumbnail_size=thumbnail_size, t0=t0,
+        )  # fmt: skip
+    except BaseException:
+        if add:
+            remove_unreferenced(out, read_meta(out))
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    if not add:
+        os.replace(work, out)
+    return {"out": str(out), **summary}
+
+
+def _kept_settings(
+    meta: dict[str, Any], options: IndexOptions | None, overrides: Sequence[str]
+) -> tuple[IndexOptions, list[str], int]:
+    """The settings an ``add`` keeps (the index's); asking for others is an error."""
+    if options is not None:
+        raise ValueError(
+            f"--add keeps the index's settings ({meta['options']}): leave out "
+            "--index-type, --nlist, --m, --nprobe, --ef"
+        )
+    if overrides and list(overrides) != meta["overrides"]:
+        raise ValueError(f"--add uses the overrides the index was built with: {meta['overrides']}")
+    return IndexOptions(**meta["options"]), meta["overrides"], meta["thumbnail_size"]
+
+
+def _check_new_out(out: Path) -> None:
+    """A new index goes to a folder that does not exist yet, or is empty."""
+    if (out / "index.json").exists():
+        raise ValueError(f"{out} already holds an index: --add appends to it")
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"--out {out} is a file, not a folder")
+        remove_unreferenced(out, {})  # what a build of an older mmptm left when it stopped
+        if any(out.iterdir()):
+            raise ValueError(f"--out {out} is a folder that is not empty")
+
+
+def _work_dir(out: Path) -> Path:
+    """A new folder beside ``out`` to build in (renamed to ``out`` when complete); those of
+    earlier builds whose process is gone (killed) are removed."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for old in parent.glob(f".{glob.escape(out.name)}.building-*"):
+        pid = old.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    work = parent / f".{out.name}.building-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    return work
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _check_shards(urls: list[str], strict: bool) -> list[ShardCheck]:
+    """Every shard's header scan (:func:`check_shard`); ``strict``: damage is an error
+    before any work."""
+    checks = [check_shard(u) for u in urls]
+    for c in checks:
+        if strict and c.error:
+            raise ValueError(f"{c.url}: {c.error} (--strict: no damaged shard is indexed)")
+    return checks
+
+
+def _add_batch(
+    enc: DualEncoder,
+    meta: dict[str, Any],
+    out: Path,
+    shards: str,
+    checks: list[ShardCheck],
+    options: IndexOptions,
+    *,
+    strict: bool,
+    batch_size: int,
+    workers: int,
+    thumbnail_size: int,
+    t0: float,
+) -> dict[str, Any]:
+    """Embed the shards' new items into ``out`` as the index's next batch and commit it
+    (``index.json``, updated in ``meta``). Returns the summary, less ``out``."""
     known = set(_item_lines(out, meta, "key"))
     first = len(known)
     b = len(meta["batches"])
     names = {"items": f"items-{b:05d}.jsonl", "thumbnails": f"thumbs-{b:05d}.tar"}
-    parts, n_new, skipped = _embed_collection(
-        enc, urls, out, names, known, batch_size, workers, thumbnail_size, t0
-    )
-    summary = {"out": str(out), "added": n_new, "skipped": skipped}
+    readable = [c for c in checks if c.samples]
+    parts, n_new, skipped, read = _embed_collection(
+        enc, [c.url for c in readable], out, names, known, batch_size, workers,
+        thumbnail_size, t0, sum(c.samples for c in readable),
+    )  # fmt: skip
+    damaged = _damage_report(checks, read, strict)
+    skipped = {"bad": sum(d["bad"] for d in damaged), **skipped}
+    summary = {"added": n_new, "skipped": skipped, "damaged": damaged}
     if not n_new:
         (out / names["items"]).unlink()
         (out / names["thumbnails"]).unlink()
-        if not add:
-            raise ValueError(f"{shards}: no sample gave a vector (skipped: {skipped})")
+        if not meta["batches"]:  # a new index
+            raise ValueError(
+                f"{shards}: no sample gave a vector (skipped: {skipped}; "
+                f"{len(damaged)} damaged shards, see the warnings above)"
+            )
         log.warning("nothing added to %s (skipped: %s)", out, skipped)
         return {**summary, "items": first, "seconds": round(time.perf_counter() - t0, 1)}
     _write_parts(out, meta, parts, options)
     meta["batches"].append(
-        {**names, "n": n_new, "shards": shards, "skipped": skipped, "date": now()}
-    )
+        {**names, "n": n_new, "shards": shards, "skipped": skipped, "damaged": damaged,
+         "date": now()}
+    )  # fmt: skip
     meta["counts"] = {"items": first + n_new}
     for p in meta["parts"]:
         meta["counts"][p["side"]] = meta["counts"].get(p["side"], 0) + p["n"]
@@ -212,8 +312,37 @@ def build_index(
     meta["updated"] = now()
     write_meta(out, meta)
     by_part = {_label(p): p["n"] for p in meta["parts"]}
-    summary.update(items=first + n_new, parts=by_part, seconds=round(time.perf_counter() - t0, 1))
-    return summary
+    seconds = round(time.perf_counter() - t0, 1)
+    return {**summary, "items": first + n_new, "parts": by_part, "seconds": seconds}
+
+
+def _damage_report(
+    checks: list[ShardCheck], read: Counter[str], strict: bool
+) -> list[dict[str, Any]]:
+    """Per shard that is damaged or lost samples: its path, its samples (by the header
+    scan, those past any damage included), how many were read and decoded, how many not
+    (``bad``), and what is wrong with it, where (``error``, ``offset``: a byte offset).
+    Logged, one line per shard; ``strict``: the first is an error."""
+    report = []
+    for c in checks:
+        samples = c.samples + c.lost
+        bad = max(0, samples - read[c.url])
+        if not (bad or c.error):
+            continue
+        report.append({
+            "shard": c.url, "samples": samples, "read": read[c.url], "bad": bad,
+            "error": c.error, "offset": c.offset,
+        })  # fmt: skip
+        if not samples:
+            what = f"{c.url}: no sample read: {c.error}"
+        else:
+            what = f"{c.url}: {bad} of {samples} samples could not be read or decoded" + (
+                f"; {c.error}" if c.error else " (see the warnings above)"
+            )
+        if strict:
+            raise ValueError(f"{what} (--strict)")
+        log.warning("%s", what)
+    return report
 
 
 #: per part (side, language or None): vectors [N,E] and rows (item, sentence) [N,2], in chunks
@@ -230,25 +359,16 @@ def _embed_collection(
     workers: int,
     thumbnail_size: int,
     t0: float,
-) -> tuple[Parts, int, dict[str, int]]:
-    """One pass over the shards: every new item's vectors by part, its line in the items
-    file and its thumbnail. Returns the parts, the number of new items and what was skipped."""
+    total: int,
+) -> tuple[Parts, int, dict[str, int], Counter[str]]:
+    """One pass over the shards (``total`` samples): every new item's vectors by part, its
+    line in the items file and its thumbnail. Returns the parts, the number of new items,
+    what was skipped as a duplicate or without text, and per shard the samples read."""
     item_sides = [s for s in enc.sides.values() if not s.text]
     text_sides = [s for s in enc.sides.values() if s.text]
-    plugins = [p for s in item_sides for p in s.plugins]
-    record = ItemRecord(enc.captions_field, thumbnail_size)
-    stream = StreamConfig(
-        sources=[SubSource("index", urls)],
-        decoder=Decoder(plugins, train=False, record=record),
-        collate=Collate(plugins),
-        transforms=[],
-        batch_size=batch_size,
-        shuffle=False,
-        shuffle_buffer=0,
-        drop_last=False,
-    )
+    stream = _stream(enc, urls, batch_size, thumbnail_size)
     parts: Parts = {}
-    first, total = len(known), count_samples(urls)
+    first, read = len(known), Counter[str]()
     n_new = seen = dup = textless = 0
     bar = tqdm(total=total, unit="sample", desc="index", disable=not sys.stderr.isatty())
     with (
@@ -259,6 +379,7 @@ def _embed_collection(
         for step, batch in enumerate(single_pass(stream, workers)):
             keys, records = batch[KEY], batch[RECORD]
             seen += len(keys)
+            read.update(r["shard"] for r in records)
             keep = []
             for i, key in enumerate(keys):
                 if key in known:
@@ -297,8 +418,26 @@ def _embed_collection(
             if bar.disable and (step + 1) % LOG_EVERY == 0:
                 rate = seen / (time.perf_counter() - t0)
                 log.info("index: %d / %d samples (%.0f samples/s)", seen, total, rate)
-    skipped = {"bad": max(0, total - seen), "duplicate": dup, "no_text": textless}
-    return parts, n_new, skipped
+    return parts, n_new, {"duplicate": dup, "no_text": textless}, read
+
+
+def _stream(
+    enc: DualEncoder, urls: list[str], batch_size: int, thumbnail_size: int
+) -> StreamConfig:
+    """One ordered pass over the shards, decoded by the item sides' plug-ins, each sample
+    with its item record (the reader and the skip-and-count handler of training)."""
+    plugins = [p for s in enc.sides.values() if not s.text for p in s.plugins]
+    record = ItemRecord(enc.captions_field, thumbnail_size)
+    return StreamConfig(
+        sources=[SubSource("index", urls)],
+        decoder=Decoder(plugins, train=False, record=record),
+        collate=Collate(plugins),
+        transforms=[],
+        batch_size=batch_size,
+        shuffle=False,
+        shuffle_buffer=0,
+        drop_last=False,
+    )
 
 
 def _write_parts(out: Path, meta: dict[str, Any], parts: Parts, options: IndexOptions) -> None:
@@ -317,9 +456,9 @@ def _write_parts(out: Path, meta: dict[str, Any], parts: Parts, options: IndexOp
             part = {"side": side, "lang": lang, **settings}
             meta["parts"].append(part)
         else:  # IVF keeps the cells trained on the first build
-            index = faiss.read_index(str(out / part["index"]))
+            index, old_rows_N2 = read_part(out, part)
             index.add(x_NE)
-            rows_N2 = np.concatenate([np.load(out / part["rows"]), rows_N2])
+            rows_N2 = np.concatenate([old_rows_N2, rows_N2])
         part.update(write_part(out, number, meta["generation"], index, rows_N2), n=index.ntotal)
         meta["dim"] = int(x_NE.shape[1])
 
@@ -374,11 +513,20 @@ def _item_lines(path: Path, meta: dict[str, Any], field: str | None = None) -> l
     """The committed items (or one field of each), batch by batch."""
     out = []
     for batch in meta["batches"]:
-        with open(path / batch["items"], encoding="utf-8") as f:
-            for _, line in zip(range(batch["n"]), f):
-                item = json.loads(line)
-                out.append(item if field is None else item[field])
+        f = path / batch["items"]
+        with open(f, encoding="utf-8") as lines:
+            items = [_item(f, n, line) for n, line in zip(range(batch["n"]), lines)]
+        if len(items) < batch["n"]:
+            raise DamagedIndex(f"{f}: {len(items)} items where index.json records {batch['n']}")
+        out += items if field is None else [item[field] for item in items]
     return out
+
+
+def _item(f: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DamagedIndex(f"{f}: line {number + 1} is not JSON ({e})") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -401,15 +549,7 @@ class SearchIndex:
         self.path = path
         self.meta = meta
         self.enc = enc
-        self.parts = [
-            _Part(
-                p["side"],
-                p["lang"],
-                faiss.read_index(str(path / p["index"])),
-                np.load(path / p["rows"]),
-            )
-            for p in meta["parts"]
-        ]
+        self.parts = [_Part(p["side"], p["lang"], *read_part(path, p)) for p in meta["parts"]]
         self.set_search()
         #: captions shown when a query names no language: the run's first caption language
         trained = [lang for lang in enc.caption_languages if lang in meta["languages"]]
@@ -427,9 +567,14 @@ class SearchIndex:
         ]
 
     @classmethod
-    def open(cls, path: str | Path, *, device: str = "cpu", run: str | None = None) -> SearchIndex:
-        """Load an index and its model (the checkpoint it was built with, unless ``run``)."""
+    def open(
+        cls, path: str | Path, *, device: str = "cpu", run: str | None = None, verify: bool = False
+    ) -> SearchIndex:
+        """Load an index and its model (the checkpoint it was built with, unless ``run``).
+        Every file's size is compared with ``index.json``'s record, and with ``verify`` its
+        SHA-256: a damaged file is a :class:`~mmptm.search.store.DamagedIndex` naming it."""
         meta = read_meta(path)
+        check_files(Path(path), meta, verify=verify)
         source = run or meta["checkpoint"]
         if run is None and not Path(source).exists():
             raise FileNotFoundError(

@@ -163,7 +163,11 @@ def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except KeyError as e:  # the index's message names the key
         raise HTTPException(404, str(e.args[0]) if e.args else "unknown key") from None
     except ValueError as e:
-        raise HTTPException(400, str(e) or "bad request") from None
+        from mmptm.search.store import DamagedIndex  # loaded with the index already
+
+        # a file of the index that does not read back is the server's fault, not the client's
+        status = 500 if isinstance(e, DamagedIndex) else 400
+        raise HTTPException(status, str(e) or "bad request") from None
 
 
 def _search(
@@ -372,15 +376,16 @@ def serve(
     run: str | None = None,
     log_level: str = "info",
     on_ready: Callable[[str], None] = print,
+    verify: bool = False,
 ) -> None:
     """Bind ``host:port``, open the index and serve until interrupted. ``on_ready`` gets the
     page's URL (the CLI prints it). The port is bound first so that a busy one fails before
-    the model loads."""
+    the model loads. ``verify``: check every index file's SHA-256 first."""
     from mmptm.search.index import SearchIndex
 
     sock = bind(host, port)
     try:
-        index = SearchIndex.open(index_path, device=device, run=run)
+        index = SearchIndex.open(index_path, device=device, run=run, verify=verify)
     except BaseException:
         sock.close()
         raise

@@ -10,6 +10,8 @@
 Each ``mmptm index`` run (the build, then each ``--add``) writes one batch of items and
 thumbnails and a new generation of every part it touches; ``index.json`` names the files
 of the current generation, so a build that stops half-way leaves the index as it was.
+``index.json`` also records every file's size and SHA-256 (``files``): opening an index
+compares the sizes (a quick check), and the checksums when asked to (``--verify``).
 Vectors are L2-normalised, so inner product = cosine. Index types: ``flat`` (exact),
 ``ivf`` (k-means cells, ``nprobe`` visited per query) and ``hnsw`` (a graph, ``ef``
 candidates per query).
@@ -19,6 +21,7 @@ Legend: N vectors, E embedding width.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import io
 import json
 import logging
@@ -123,6 +126,10 @@ def _ivf(index: faiss.Index) -> faiss.IndexIVF | None:
         return None
 
 
+class DamagedIndex(ValueError):
+    """A file of the index is missing, cut short or altered (the message names it)."""
+
+
 # --------------------------------------------------------------------------------------------
 # index.json and the generation files
 
@@ -151,7 +158,11 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 
 def write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """Replace ``index.json`` atomically; then drop part files no generation names."""
+    """Replace ``index.json`` atomically, with the size and SHA-256 of every file it names
+    (files already recorded keep their record: they never change); then drop part files
+    no generation names."""
+    known = meta.get("files", {})
+    meta["files"] = {n: known.get(n) or file_record(path / n) for n in named_files(meta)}
     tmp = path / f".{META}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
     os.replace(tmp, path / META)
@@ -161,11 +172,59 @@ def write_meta(path: Path, meta: dict[str, Any]) -> None:
 _OURS = re.compile(r"^(part\d+-g\d+\.(faiss|rows\.npy)|(items|thumbs)-\d+\.(jsonl|tar))$")
 
 
+def named_files(meta: dict[str, Any]) -> list[str]:
+    """The files of the index's current generation, as ``index.json`` names them."""
+    named = [p[k] for p in meta.get("parts", []) for k in ("index", "rows")]
+    return named + [b[k] for b in meta.get("batches", []) for k in ("items", "thumbnails")]
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What ``index.json`` records of one file: its size and SHA-256."""
+    with open(path, "rb") as f:
+        return {"size": os.fstat(f.fileno()).st_size, "sha256": _sha256(f)}
+
+
+def _sha256(f: Any) -> str:
+    return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def check_files(path: Path, meta: dict[str, Any], *, verify: bool = False) -> None:
+    """Compare the index's files with what ``index.json`` records: their sizes (cheap, so
+    always) and with ``verify`` their SHA-256 (reads every byte). A file that differs is a
+    :class:`DamagedIndex` naming it. An index written before the records were kept opens
+    with a warning that it cannot be verified."""
+    files = meta.get("files")
+    if files is None:
+        log.warning(
+            "%s records no file sizes or checksums (an index from an older mmptm): its files "
+            "cannot be verified; `mmptm index --add` records them",
+            path / META,
+        )
+        return
+    for name in named_files(meta):
+        f, want = path / name, files.get(name) or {}
+        try:
+            size = f.stat().st_size
+        except FileNotFoundError:
+            raise DamagedIndex(f"{f}: missing (the index is damaged: rebuild it)") from None
+        if size != want.get("size"):
+            raise DamagedIndex(
+                f"{f}: {size} bytes where {META} records {want.get('size')}: the file is "
+                "damaged (cut short or overwritten); rebuild the index"
+            )
+        if verify:
+            with open(f, "rb") as data:
+                if _sha256(data) != want.get("sha256"):
+                    raise DamagedIndex(
+                        f"{f}: its SHA-256 differs from the one {META} records: the file is "
+                        "damaged; rebuild the index"
+                    )
+
+
 def remove_unreferenced(path: Path, meta: dict[str, Any]) -> list[str]:
     """Delete the index's own files that ``meta`` does not name (old generations, the
     leftovers of a build that stopped); nothing else in the folder is touched."""
-    named = {p[k] for p in meta.get("parts", []) for k in ("index", "rows")}
-    named |= {b[k] for b in meta.get("batches", []) for k in ("items", "thumbnails")}
+    named = set(named_files(meta))
     gone = [f.name for f in path.iterdir() if _OURS.match(f.name) and f.name not in named]
     for name in gone:
         (path / name).unlink()
@@ -180,6 +239,26 @@ def write_part(
     faiss.write_index(index, str(path / f"{stem}.faiss"))
     np.save(path / f"{stem}.rows.npy", rows_N2.astype(np.int64))
     return {"index": f"{stem}.faiss", "rows": f"{stem}.rows.npy"}
+
+
+def read_part(path: Path, part: dict[str, Any]) -> tuple[faiss.Index, np.ndarray]:
+    """One part's FAISS index and rows [N,2]; a file that does not read names itself."""
+    f = path / part["index"]
+    try:
+        index = faiss.read_index(str(f))
+    except RuntimeError as e:  # FAISS's message: the C++ function, then what failed
+        why = str(e).split("failed: ")[-1]
+        raise DamagedIndex(f"{f}: not a readable FAISS index ({why})") from None
+    f = path / part["rows"]
+    try:
+        rows_N2 = np.load(f)
+    except (ValueError, OSError, EOFError) as e:
+        raise DamagedIndex(f"{f}: not readable ({e})") from None
+    if rows_N2.shape != (index.ntotal, 2):
+        raise DamagedIndex(
+            f"{f}: {rows_N2.shape} rows where {part['index']} holds {index.ntotal} vectors"
+        )
+    return index, rows_N2
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,9 +287,19 @@ class ThumbnailWriter:
 
 
 def read_span(path: Path, offset: int, size: int) -> bytes:
-    """``size`` bytes at ``offset`` (thread-safe: no shared file position)."""
-    fd = os.open(path, os.O_RDONLY)
+    """``size`` bytes at ``offset`` (thread-safe: no shared file position); fewer is a
+    :class:`DamagedIndex` naming the file (its name only: servers show the message)."""
     try:
-        return os.pread(fd, size, offset)
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise DamagedIndex(f"the index is damaged: {path.name} is missing") from None
+    try:
+        data = os.pread(fd, size, offset)
     finally:
         os.close(fd)
+    if len(data) != size:
+        raise DamagedIndex(
+            f"the index is damaged: {path.name} holds {len(data)} of the {size} bytes at "
+            f"byte {offset}"
+        )
+    return data

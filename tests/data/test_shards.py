@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import tarfile
@@ -159,3 +160,45 @@ def test_shards_appear_only_when_complete(tmp_path: Path) -> None:
     assert writer.shards == [str(tmp_path / "train-000000.tar")]
     with tarfile.open(writer.shards[0]) as tar:
         assert len(tar.getmembers()) == 3 * 4
+
+
+def test_check_shard_finds_the_damage_a_streaming_reader_stops_at_silently(
+    tmp_path: Path,
+) -> None:
+    from mmptm.data.shards import SkipCounter, check_shard, tar_samples
+
+    (url,) = _write(tmp_path, _samples(20), 100).shards
+    data = Path(url).read_bytes()
+    assert check_shard(url).error is None and check_shard(url).samples == 20
+    with tarfile.open(url) as tar:
+        seventh = next(m for m in tar.getmembers() if m.name.startswith("s0007.")).offset
+    variants = {
+        "header": data[:seventh],  # cut where a header starts: no reader error at all
+        "garbage": data[:seventh] + b"\x07garbage" * 1000 + data[seventh:],
+        "inside": data[: seventh + 700],  # inside the member's data
+        "in_header": data[: seventh + 100],
+    }
+    found = {}
+    for name, damaged in variants.items():
+        path = tmp_path / f"{name}.tar"
+        path.write_bytes(damaged)
+        counter = SkipCounter()
+        streamed = [s["__key__"] for s in tar_samples([str(path)], counter)]
+        found[name] = (len(streamed), counter.count, check_shard(str(path)))
+    n, errors, header = found["header"]
+    assert (n, errors) == (7, 0) and header.samples == 7 and header.offset == seventh
+    assert "no end-of-archive marker" in header.error
+    n, errors, garbage = found["garbage"]
+    assert (n, errors) == (7, 0) and (garbage.samples, garbage.lost) == (7, 13)
+    assert garbage.offset == seventh and "13 samples past it are lost" in garbage.error
+    _, errors, inside = found["inside"]
+    assert errors >= 1 and inside.error.startswith("cut short") and inside.samples == 8
+    n, errors, in_header = found["in_header"]
+    assert (n, errors) == (7, 0) and in_header.error.endswith("inside a tar header")
+    gz = tmp_path / "packed.tar.gz"
+    gz.write_bytes(gzip.compress(data))
+    assert check_shard(str(gz)).samples == 20 and check_shard(str(gz)).error is None
+    (tmp_path / "empty.tar").write_bytes(b"")
+    assert check_shard(str(tmp_path / "empty.tar")).error == "an empty file"
+    (tmp_path / "text.tar").write_text("not a tar\n" * 100)
+    assert check_shard(str(tmp_path / "text.tar")).error.startswith("not a tar file")
