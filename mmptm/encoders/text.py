@@ -124,7 +124,16 @@ class TextEncoder(Encoder):
         x_BLD = self.word(ids_BL) + self.position(pos_BL + self.cfg.position_offset)
         if self.segment is not None:
             seg_BL = batch.get(f"{p}segment_ids")
-            x_BLD = x_BLD + self.segment(seg_BL if seg_BL is not None else torch.zeros_like(ids_BL))
+            if seg_BL is None:
+                seg_BL = torch.zeros_like(ids_BL)
+            elif seg_BL.numel() and int(seg_BL.max()) >= self.cfg.segments:
+                # an imported model with one segment embedding (XLM-R) fed BERT's pair layout
+                raise ValueError(
+                    f"segment id {int(seg_BL.max())} but the text encoder has "
+                    f"{self.cfg.segments} segment embeddings (data.modalities.text.segments=1 "
+                    "joins a pair in one segment)"
+                )
+            x_BLD = x_BLD + self.segment(seg_BL)
         if self.language is not None:
             x_BLD = x_BLD + self.language(batch[f"{p}lang_ids"])
         x_BLD = self.drop(self.norm(self.add_type(x_BLD)))

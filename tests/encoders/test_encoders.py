@@ -130,6 +130,14 @@ def test_language_embeddings_need_languages() -> None:
         TextEncoder(cfg, width=WIDTH, vocab=_vocab(languages=()))
 
 
+def test_segment_id_past_the_segment_embeddings_raises() -> None:
+    enc = _text_encoder(segments=1)
+    ids = torch.randint(5, 50, (2, 6))
+    enc({"input_ids": ids, "segment_ids": torch.zeros_like(ids)})  # one segment: fine
+    with pytest.raises(ValueError, match="segment id 1 but the text encoder has 1 segment"):
+        enc({"input_ids": ids, "segment_ids": torch.ones_like(ids)})
+
+
 def test_text_longer_than_max_positions_raises() -> None:
     enc = _text_encoder()
     ids = torch.randint(5, 50, (1, 17))
