@@ -26,7 +26,13 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
 from mmptm.data.decode import Collate, Decoder
-from mmptm.data.shards import SkipCounter, count_samples, expand_shards, tar_samples
+from mmptm.data.shards import (
+    SkipCounter,
+    check_shard,
+    count_samples,
+    expand_shards,
+    tar_samples,
+)
 from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
 from mmptm.recipe import DataConfig, SourceConfig, packed_sources
 
@@ -88,6 +94,8 @@ def reader_samples(
 
     def read(url: str, j: int, reports: bool) -> Iterator[Sample]:
         reports = reports and (j < 0 or j % world == rank)
+        if reports:
+            count_silent_damage(url, handler)
         samples = tar_samples([url], handler if reports else SkipCounter(report=False))
         if j < 0:
             return samples
@@ -102,6 +110,18 @@ def reader_samples(
     )
     blocks = itertools.groupby(enumerate(rank_samples), lambda i_s: i_s[0] // block)
     return (s for b, group in blocks if b % n_workers == worker for _, s in group)
+
+
+def count_silent_damage(url: str, handler: SkipCounter) -> None:
+    """Count what a streaming reader of ``url`` would lose without an error (garbage inside
+    the shard, a cut at a header: at least one sample) before it reads the shard, so no
+    sample goes missing uncounted. A shard that is not a local file is not scanned."""
+    try:
+        check = check_shard(url)
+    except OSError:  # not a local file, or unreadable: the reader reports it
+        return
+    if check.silent:
+        handler.lose(max(check.lost, 1), f"{url}: {check.error}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -92,6 +92,14 @@ class SkipCounter:
         log.warning("skipped bad input (%d so far): %s", self.count, self.last)
         return True  # keep going
 
+    def lose(self, count: int, what: str) -> None:
+        """Count ``count`` samples a reader could not reach, e.g. past damage in a shard."""
+        if not self.report:
+            return
+        self.count += count
+        self.last = what
+        log.warning("skipped %d samples (%d so far): %s", count, self.count, what)
+
     def skip(self, sample: Sample, reason: str) -> None:
         self(ValueError(f"sample {sample.get('__key__')!r} in {sample.get('__url__')}: {reason}"))
 
@@ -142,6 +150,8 @@ class ShardCheck:
     error: str | None = None
     #: byte offset of the damage (of the end, for a file cut short)
     offset: int | None = None
+    #: a streaming reader stops at the damage without an error (training counts it here)
+    silent: bool = False
 
 
 def check_shard(url: str) -> ShardCheck:
@@ -182,14 +192,14 @@ def _check(url: str, size: int, mtime: float) -> ShardCheck:
                 at = end + tail + zeros
                 if data is f and size - end < tarfile.BLOCKSIZE:
                     what = f"cut short: the file ends at byte {size} inside a tar header"
-                    return ShardCheck(url, len(keys), error=what, offset=size)
+                    return ShardCheck(url, len(keys), error=what, offset=size, silent=True)
                 lost = len(_keys_past(f, at) - keys) if data is f else 0
                 what = f"damaged at byte {at} (not a tar header): {lost} samples past it are lost"
-                return ShardCheck(url, len(keys), lost, what, at)
+                return ShardCheck(url, len(keys), lost, what, at, silent=True)
             tail += len(chunk)
     if not tail:
         what = f"no end-of-archive marker after byte {end}: the file may be cut short"
-        return ShardCheck(url, len(keys), error=what, offset=end)
+        return ShardCheck(url, len(keys), error=what, offset=end, silent=True)
     return ShardCheck(url, len(keys))
 
 

@@ -202,3 +202,25 @@ def test_check_shard_finds_the_damage_a_streaming_reader_stops_at_silently(
     assert check_shard(str(tmp_path / "empty.tar")).error == "an empty file"
     (tmp_path / "text.tar").write_text("not a tar\n" * 100)
     assert check_shard(str(tmp_path / "text.tar")).error.startswith("not a tar file")
+
+
+def test_training_reader_counts_what_silent_damage_loses(tmp_path: Path) -> None:
+    """Garbage inside a shard: the streaming reader stops there without an error; the
+    training reader counts the 13 samples past it (and a shard cut at a header as one)."""
+    from mmptm.data.pipeline import reader_samples
+    from mmptm.data.shards import SkipCounter
+
+    (url,) = _write(tmp_path, _samples(20), 100).shards
+    data = Path(url).read_bytes()
+    with tarfile.open(url) as tar:
+        seventh = next(m for m in tar.getmembers() if m.name.startswith("s0007.")).offset
+    garbage, cut = tmp_path / "garbage.tar", tmp_path / "cut.tar"
+    garbage.write_bytes(data[:seventh] + b"\x07garbage" * 1000 + data[seventh:])
+    cut.write_bytes(data[:seventh])
+    for path, lost in ((garbage, 13), (cut, 1), (Path(url), 0)):
+        counter = SkipCounter()
+        keys = [s["__key__"] for s in reader_samples([str(path)], 0, 1, 0, 1, counter)]
+        assert len(keys) == (7 if lost else 20) and counter.count == lost
+    quiet = SkipCounter(report=False)  # another reader reports this shard
+    assert len(list(reader_samples([str(garbage)], 0, 1, 0, 1, quiet))) == 7
+    assert quiet.count == 0
