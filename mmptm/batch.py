@@ -1,4 +1,4 @@
-"""The batch: a dict of named tensors plus meta keys, the transform protocol, moving to a device.
+"""The batch: a dict of named tensors plus meta keys, the transform protocol, the device.
 
 Ground floor: the data pipeline writes batches, encoders, fusion modules and objectives read
 them, and nothing here imports another part of mmptm. Tensor keys follow the modality
@@ -86,3 +86,34 @@ __all__ = [
     "is_meta",
     "move_to",
 ]
+
+
+def pick_device(name: str, local_rank: int = 0, *, setting: str = "--device") -> torch.device:
+    """The device ``name`` names for this process: ``auto`` is a GPU where torch sees one,
+    else the CPU; ``cuda`` without an index is GPU ``local_rank``. A device this machine
+    lacks, or a name torch does not know, is a ValueError naming ``setting`` (the flag or
+    config key it came from), so that the command line prints one line, not a traceback."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{setting} {name!r} is not a device (cpu, cuda, cuda:N, auto)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{setting} {name}: torch sees no CUDA GPU on this machine (torch "
+                f"{torch.__version__}, built for CUDA {torch.version.cuda}); use cpu or auto"
+            )
+        index = local_rank if device.index is None else device.index
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"{setting} {name}: there is no GPU {index} (this machine has "
+                f"{torch.cuda.device_count()})"
+            )
+        return torch.device("cuda", index)
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{setting} {name}: torch sees no Apple GPU (MPS) here; use cpu or auto")
+    return device

@@ -162,12 +162,24 @@ def _retrieve(args: argparse.Namespace) -> int:
 
 
 def _serve_arguments(sv: argparse.ArgumentParser) -> None:
+    from mmptm.search.serve import create_app
     from mmptm.search.serve import serve as fn
 
     sv.add_argument("index", help="directory written by `mmptm index`")
     sv.add_argument("--host", default=default_of(fn, "host"),
                     help="address to listen on (0.0.0.0: all)")  # fmt: skip
     sv.add_argument("--port", type=int, default=default_of(fn, "port"), help="0: any free port")
+    sv.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                    help="a name this server is reached by besides localhost and --host "
+                    "(requests naming another Host get 400: DNS rebinding); repeat for more, "
+                    "'*' for any")  # fmt: skip
+    sv.add_argument("--max-image-pixels", type=int,
+                    default=default_of(create_app, "max_image_pixels"),
+                    help="uploaded images decoding to more pixels get 413")  # fmt: skip
+    sv.add_argument("--decode-workers", type=int, default=default_of(create_app, "decode_workers"),
+                    help="threads decoding uploaded images")  # fmt: skip
+    sv.add_argument("--decode-queue", type=int, default=default_of(create_app, "decode_queue"),
+                    help="uploads waiting for a decoder (then 503, Retry-After)")  # fmt: skip
     sv.add_argument("--device", default=default_of(fn, "device"),
                     help="where the model encodes queries")  # fmt: skip
     sv.add_argument("--run", default=None, help="model run instead of the one in index.json")
@@ -184,5 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve(args.index, host=args.host, port=args.port, device=args.device, run=args.run,
           log_level="debug" if args.verbose else "info", on_ready=ready,
-          verify=args.verify)  # fmt: skip
+          verify=args.verify, allow_hosts=args.allow_host,
+          max_image_pixels=args.max_image_pixels, decode_workers=args.decode_workers,
+          decode_queue=args.decode_queue)  # fmt: skip
     return 0

@@ -45,7 +45,8 @@ from mmptm.eval.retrieval import albef_rerank_score, objective_types
 from mmptm.modalities.base import Sample
 from mmptm.modalities.sentences import every_segment
 from mmptm.registry import MODALITIES
-from mmptm.search.sides import DualEncoder, text_sample
+from mmptm.search.images import MAX_IMAGE_PIXELS, shrink
+from mmptm.search.sides import DualEncoder, Side, text_sample
 from mmptm.search.store import (
     FORMAT,
     VERSION,
@@ -631,6 +632,7 @@ class SearchIndex:
         if len(text) > MAX_QUERY_CHARS:
             raise ValueError(f"the query has {len(text)} characters; at most {MAX_QUERY_CHARS}")
         self._check(k, lang)
+        self._check_query_lang(query_lang)
         target = self._side(side or self._default_for_text())
         partner = self.enc.sides[target.partner]
         q_side = partner if partner.text else target
@@ -655,14 +657,17 @@ class SearchIndex:
         *,
         side: str | None = None,
         lang: str | None = None,
+        max_pixels: int = MAX_IMAGE_PIXELS,
     ) -> list[Hit]:
         """An image (file bytes or a PIL image) → the items of ``side`` (default: the side
-        the model aligns images with, e.g. text; or the image side itself)."""
-        data, ext = _image_member(image)
+        the model aligns images with, e.g. text; or the image side itself). File bytes are
+        decoded at the size the model needs (``images.shrink``; ``ValueError`` past
+        ``max_pixels``)."""
         self._check(k, lang)
-        q_side = next((s for s in self.enc.sides.values() if not s.text and s.reads(ext)), None)
-        if q_side is None:
-            raise ValueError(f"no side of this index's model reads images: {list(self.enc.sides)}")
+        q_side = self._image_side()
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            image = shrink(bytes(image), self.image_size or 0, max_pixels)
+        data, ext = _image_member(image)
         target = self._side(side or q_side.partner)
         z_E = self.enc.embed_samples(q_side.name, [{KEY: "query", ext: data}])[0]
         return self._hits(self._search(z_E, target.name, lang, k), target.name, lang)
@@ -737,6 +742,29 @@ class SearchIndex:
         if lang is not None and lang not in self.meta["languages"]:
             raise ValueError(f"unknown language {lang!r}; the index has {self.meta['languages']}")
 
+    def _check_query_lang(self, query_lang: str | None) -> None:
+        """A query's language must be one the index holds or the model's tokenizer knows."""
+        known = sorted({*self.meta["languages"], *self.enc.languages})
+        if query_lang is not None and query_lang not in known:
+            raise ValueError(f"unknown query language {query_lang!r}; known: {known}")
+
+    def _image_side(self) -> Side:
+        """The side that reads image files (``ValueError`` if none does)."""
+        for s in self.enc.sides.values():
+            if not s.text and s.reads("png"):
+                return s
+        raise ValueError(f"no side of this index's model reads images: {list(self.enc.sides)}")
+
+    @property
+    def image_size(self) -> int | None:
+        """The side of the square input the model's image queries are fitted to (the
+        largest its plug-ins ask; 0 if none says), None when no side reads images."""
+        try:
+            side = self._image_side()
+        except ValueError:
+            return None
+        return max(getattr(p.cfg, "size", 0) or 0 for p in side.plugins)
+
     def _check_rerank(self, rerank_k: int, side: str) -> None:
         if not isinstance(rerank_k, int) or not 0 <= rerank_k <= MAX_RERANK:
             raise ValueError(f"rerank_k must be an integer in 0..{MAX_RERANK}, got {rerank_k!r}")
@@ -784,7 +812,7 @@ class SearchIndex:
             except (OSError, KeyError, TypeError) as e:
                 raise ValueError(
                     f"re-ranking reads items back from the shards they were indexed from: "
-                    f"item {key!r} ({shard}): {e}"
+                    f"item {key!r} ({Path(shard).name}): {e}"
                 ) from None
         itm_K = self.enc.rerank_scores(side, samples, text_side, query)
         cosine_K = np.array([score for score, *_ in top])

@@ -10,20 +10,30 @@ Bad input is the client's fault and says so: ``{"detail": "..."}`` with 400 (emp
 query, bad ``k``, unknown language or side), 404 (unknown key), 413 (upload too large, in bytes
 or pixels), 415 (not an image); 422 only where FastAPI's own type validation answers (``k=abc``).
 The index raises ValueError / KeyError for what it refuses; they become 400 / 404 here.
+
+An uploaded image is decoded apart from the searches, by a thread at a lower CPU priority
+(:class:`DecodePool`), at the size the model needs (``images.shrink``); when it and its
+short queue are busy, an upload gets 503 with ``Retry-After``, and text searches keep their
+pace. A request whose ``Host`` is not this server's (DNS rebinding: a
+page elsewhere whose name now points here) gets 400; no answer names a path on the server.
+HEAD is answered wherever GET is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
-import io
 import ipaddress
 import logging
+import math
+import os
 import socket
+import sys
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,10 +42,11 @@ from urllib.parse import quote
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import FileResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel
+
+from mmptm.search.images import MAX_IMAGE_PIXELS, NotAnImage, TooLarge, image_size, shrink
 
 if TYPE_CHECKING:
     from mmptm.search.index import Hit, SearchIndex
@@ -47,8 +58,13 @@ STATIC = Path(__file__).with_name("static")
 MAX_K = 100
 #: uploads larger than this are refused with 413 while they are read, never held whole
 MAX_UPLOAD_MB = 20
-#: decoded size limit of an uploaded image: a small PNG can inflate to gigabytes of pixels
-MAX_IMAGE_PIXELS = 40_000_000
+#: threads decoding uploaded images, and uploads that may wait for one (then 503)
+DECODE_WORKERS = 1
+DECODE_QUEUE = 4
+#: the Host headers answered by default: this machine's loopback names
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+#: bind addresses that listen on every interface: then any IP address is a valid Host
+WILDCARDS = frozenset({"0.0.0.0", "::"})
 #: the page: only this origin's scripts, styles, images and API (blob: for the upload preview)
 CSP = (
     "default-src 'self'; img-src 'self' blob: data:; script-src 'self'; style-src 'self'; "
@@ -91,12 +107,14 @@ class HealthOut(BaseModel):
     index: dict[str, Any]
     max_k: int
     max_upload_mb: int
+    max_image_pixels: int
 
 
 ERRORS = {
     400: {"description": "bad query, k, language or side; an undecodable image"},
     404: {"description": "unknown key"},
 }
+BUSY = {503: {"description": "the image decoders are busy: try again after Retry-After"}}
 UPLOAD_SCHEMA = {
     "requestBody": {
         "required": True,
@@ -129,21 +147,38 @@ def create_app(
     max_k: int = MAX_K,
     max_upload_mb: int = MAX_UPLOAD_MB,
     max_image_pixels: int = MAX_IMAGE_PIXELS,
+    decode_workers: int = DECODE_WORKERS,
+    decode_queue: int = DECODE_QUEUE,
+    allowed_hosts: Collection[str] = LOCAL_HOSTS,
 ) -> FastAPI:
     """The API and page over ``index``. Searches run in the thread pool (the event loop stays
     free for other requests) one at a time: the lock keeps the model's forward passes from
     competing for the same cores. Thumbnails and items do not wait for it: SearchIndex reads
-    them from memory and with ``pread``, which threads may share."""
+    them from memory and with ``pread``, which threads may share. Uploaded images are
+    decoded first by ``decode_workers`` threads, with ``decode_queue`` more waiting.
+    ``allowed_hosts``: the names and addresses a request's Host may give (``*``: any; a
+    wildcard address such as 0.0.0.0: any IP address)."""
+    if max_image_pixels < 1 or decode_workers < 1 or decode_queue < 0:
+        raise ValueError("need max_image_pixels >= 1, decode_workers >= 1, decode_queue >= 0")
+    pool = DecodePool(decode_workers, decode_queue)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        pool.close()
+
     app = FastAPI(
         title="mmptm search",
         summary="Text, image and more-like-this search over an `mmptm index` directory.",
         # Swagger UI and ReDoc load their scripts from a CDN; the schema stays at /openapi.json
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
+    app.state.decode_pool = pool
     lock = threading.Lock()
-    _add_search_routes(app, index, lock, max_k, max_upload_mb, max_image_pixels)
-    _add_item_routes(app, index, max_k, max_upload_mb)
+    _add_search_routes(app, index, lock, pool, max_k, max_upload_mb, max_image_pixels)
+    _add_item_routes(app, index, max_k, max_upload_mb, max_image_pixels)
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -153,6 +188,8 @@ def create_app(
         )
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(HostCheck, allowed=allowed_hosts)  # the last added runs first
     return app
 
 
@@ -195,6 +232,7 @@ def _add_search_routes(
     app: FastAPI,
     index: SearchIndex,
     lock: threading.Lock,
+    pool: DecodePool,
     max_k: int,
     max_upload_mb: int,
     max_image_pixels: int,
@@ -229,6 +267,7 @@ def _add_search_routes(
             **ERRORS,
             413: {"description": f"over {max_upload_mb} MB or {max_image_pixels} pixels"},
             415: {"description": "the upload is not an image"},
+            **BUSY,
         },
     )
     async def search_image(
@@ -241,6 +280,9 @@ def _add_search_routes(
         _check_range("k", k, 1, max_k)
         name, data = await _read_upload(request, max_bytes, max_upload_mb)
         _check_image(name, data, max_image_pixels)
+        size = getattr(index, "image_size", None)  # None: no side reads images
+        if size:
+            data = await pool.run(name, shrink, data, size, max_image_pixels)
         found = await run_in_threadpool(
             _search, lock, index.search_image, data, k, lang=lang or None, side=side or None
         )
@@ -256,7 +298,9 @@ def _add_search_routes(
         return _results("key", key, k, lang, side, found)
 
 
-def _add_item_routes(app: FastAPI, index: SearchIndex, max_k: int, max_upload_mb: int) -> None:
+def _add_item_routes(
+    app: FastAPI, index: SearchIndex, max_k: int, max_upload_mb: int, max_image_pixels: int
+) -> None:
     """What the page shows beside the hits: thumbnails, an item's record, the health."""
 
     @app.get(
@@ -276,14 +320,17 @@ def _add_item_routes(app: FastAPI, index: SearchIndex, max_k: int, max_upload_mb
     @app.get("/api/item/{key}", responses={404: ERRORS[404]})
     def item(key: str) -> dict[str, Any]:
         """Everything the index stores about one item (captions per language, json fields)."""
-        return jsonable_encoder(_call(index.item, key))
+        item = jsonable_encoder(_call(index.item, key))
+        if "shard" in item:
+            item["shard"] = hide_paths(item["shard"])
+        return item
 
     @app.get("/api/health", response_model=HealthOut)
     def health() -> HealthOut:
         """The index served: its run, sides, item counts, languages; the request limits."""
         return HealthOut(
-            status="ok", index=jsonable_encoder(index.info), max_k=max_k,
-            max_upload_mb=max_upload_mb,
+            status="ok", index=public_info(jsonable_encoder(index.info)), max_k=max_k,
+            max_upload_mb=max_upload_mb, max_image_pixels=max_image_pixels,
         )  # fmt: skip
 
 
@@ -321,18 +368,171 @@ def _check_image(name: str, data: bytes, max_pixels: int) -> None:
     """415 unless ``data`` starts like an image PIL reads; 413 if it would decode to more
     than ``max_pixels`` (only the header is read)."""
     try:
-        with warnings.catch_warnings():  # PIL warns past 89 Mpixels; the check below decides
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as im:
-                w, h = im.size
-    except Image.DecompressionBombError:  # past 179 Mpixels PIL refuses to open it at all
-        raise HTTPException(413, f"{name!r} is too many pixels to decode") from None
-    except (UnidentifiedImageError, OSError, ValueError):
-        raise HTTPException(
-            415, f"{name!r} is not an image PIL can read (JPEG, PNG, ...)"
-        ) from None
-    if w * h > max_pixels:
-        raise HTTPException(413, f"{name!r} is {w}×{h} pixels: the limit is {max_pixels} pixels")
+        image_size(data, max_pixels, name)
+    except TooLarge as e:
+        raise HTTPException(413, str(e)) from None
+    except NotAnImage as e:
+        raise HTTPException(415, str(e)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# decoding uploads apart from searching
+
+
+class DecodePool:
+    """Threads that decode uploaded images, apart from the searches: ``workers`` of them,
+    at a lower CPU priority than the server's other threads (on Linux, where each thread has
+    its own), with at most ``queue`` uploads waiting. Past that an upload gets 503 with
+    ``Retry-After`` before it costs anything. PIL lets go of the GIL while it decodes and
+    resizes, so a search runs meanwhile; a large decode hands its memory back to the
+    system when it is done (``images.shrink``)."""
+
+    def __init__(self, workers: int, queue: int) -> None:
+        self.workers = workers
+        self.capacity = workers + queue
+        self.slots = threading.BoundedSemaphore(self.capacity)
+        #: a running mean of one decode's seconds, for Retry-After
+        self.seconds = 1.0
+        self.executor = ThreadPoolExecutor(
+            workers, thread_name_prefix="decode", initializer=_lower_priority
+        )
+
+    async def run(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a decoding thread; 503 when every thread and queue place is
+        taken, 400 for the ValueError it raises."""
+        if not self.slots.acquire(blocking=False):
+            wait = math.ceil(self.seconds * self.capacity / self.workers)
+            raise HTTPException(
+                503, f"busy decoding {self.capacity} other images: try again in {wait} s",
+                headers={"Retry-After": str(wait)},
+            )  # fmt: skip
+        try:
+            future = self.executor.submit(_timed, fn, *args)
+        except BaseException:
+            self.slots.release()
+            raise
+        # the place is free when the decode is done, even if the client has gone meanwhile
+        future.add_done_callback(lambda _: self.slots.release())
+        try:
+            result, seconds = await asyncio.wrap_future(future)
+        except ValueError as e:
+            raise HTTPException(400, f"{name!r}: {e}") from None
+        self.seconds += 0.2 * (seconds - self.seconds)
+        return result
+
+    def close(self) -> None:
+        """Let the threads end once the decodes under way are done."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _lower_priority() -> None:
+    """A decoding thread's nice value 10 (Linux: per thread; elsewhere it would be the
+    whole server's, so it is left alone)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+def _timed(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+    t0 = time.perf_counter()
+    return fn(*args), time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------------------------
+# what the server tells: its Host, HEAD, no paths
+
+
+class HostCheck:
+    """ASGI middleware: 400 for a request whose ``Host`` header is not in ``allowed``.
+
+    A page on another site cannot read this API, unless its own name is made to resolve to
+    this machine (DNS rebinding): its requests then carry that name as their Host. An IP
+    address as the Host is the server's own origin, so a wildcard bind accepts any."""
+
+    def __init__(self, app: Callable, allowed: Collection[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(_host_name(h) for h in allowed)
+        self.any_address = bool(self.allowed & WILDCARDS)
+
+    def allows(self, host: str) -> bool:
+        name = _host_name(host)
+        if "*" in self.allowed or name in self.allowed:
+            return True
+        try:
+            return self.any_address and bool(ipaddress.ip_address(name))
+        except ValueError:
+            return False
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http":
+            host = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), "")
+            if not self.allows(host):
+                known = ", ".join(sorted(self.allowed))
+                detail = (f"this server does not answer to Host {host!r} (it answers to "
+                          f"{known}); its operator may add it with --allow-host")  # fmt: skip
+                return await JSONResponse({"detail": detail}, 400)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _host_name(host: str) -> str:
+    """The name or address of a Host header (or an allow-list entry): no port, brackets
+    or final dot; lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8000
+        host = host[1 : host.find("]")] if "]" in host else host
+    elif host.count(":") == 1:  # name:port (an IPv6 address has several colons)
+        host = host.split(":")[0]
+    return host.rstrip(".")
+
+
+class HeadAsGet:
+    """ASGI middleware: HEAD answered as GET would be, headers only (FastAPI's routes answer
+    HEAD with 405)."""
+
+    def __init__(self, app: Callable) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def headers_only(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+def public_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``SearchIndex.info`` as the API shows it: the run by its name, the checkpoint from
+    the run's folder on, any other absolute path cut to its file name."""
+    out = hide_paths(info)
+    run, ckpt = info.get("run"), info.get("checkpoint")
+    if isinstance(run, str) and isinstance(ckpt, str):
+        with contextlib.suppress(ValueError):  # not inside the run: its name (as hidden)
+            out["checkpoint"] = str(Path(out["run"]) / Path(ckpt).relative_to(run))
+    return out
+
+
+def hide_paths(value: Any) -> Any:
+    """``value`` (JSON) with each absolute path in its strings cut to the file's name:
+    ``/data/x/train-*.tar`` → ``train-*.tar``, also in comma lists and ``key=/a/b``."""
+    if isinstance(value, dict):
+        return {k: hide_paths(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hide_paths(v) for v in value]
+    if not isinstance(value, str) or not ("/" in value or "\\" in value):
+        return value
+    parts = []
+    for part in value.split(","):
+        key, eq, path = part.rpartition("=")
+        if os.path.isabs(path.strip()) or path.strip().startswith("~"):
+            path = Path(path.strip()).name
+        parts.append(key + eq + path)
+    return ",".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,6 +542,13 @@ def _check_image(name: str, data: bytes, max_pixels: int) -> None:
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: a free one). Binding here, not in
     uvicorn, turns a busy port into an OSError the CLI prints in one line."""
+    if not host.strip():  # the socket would listen on every interface, unasked
+        raise ValueError(
+            "the host is empty: give the address to listen on (127.0.0.1: this machine "
+            "only; 0.0.0.0: every interface)"
+        )
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"the port must be between 0 and 65535 (0: any free one), got {port}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto named: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are
     # TCP; with proto 0 every answer waited ~40 ms for the client's delayed ACK
@@ -377,15 +584,20 @@ def serve(
     log_level: str = "info",
     on_ready: Callable[[str], None] = print,
     verify: bool = False,
+    allow_hosts: Sequence[str] = (),
+    **limits: int,
 ) -> None:
     """Bind ``host:port``, open the index and serve until interrupted. ``on_ready`` gets the
     page's URL (the CLI prints it). The port is bound first so that a busy one fails before
-    the model loads. ``verify``: check every index file's SHA-256 first."""
+    the model loads. ``verify``: check every index file's SHA-256 first. Requests may name
+    this machine as ``localhost``, its loopback or bind address, or one of ``allow_hosts``.
+    ``limits``: create_app's (max_image_pixels, decode_workers, decode_queue ...)."""
     from mmptm.search.index import SearchIndex
 
     sock = bind(host, port)
     try:
         index = SearchIndex.open(index_path, device=device, run=run, verify=verify)
+        app = create_app(index, allowed_hosts=[*LOCAL_HOSTS, host, *allow_hosts], **limits)
     except BaseException:
         sock.close()
         raise
@@ -394,7 +606,7 @@ def serve(
     on_ready(url_of(sock))
     # uvicorn shuts down gracefully on Ctrl+C, then raises it again: that is the normal end
     with contextlib.suppress(KeyboardInterrupt):
-        _server(create_app(index), log_level).run(sockets=[sock])
+        _server(app, log_level).run(sockets=[sock])
 
 
 @contextlib.contextmanager

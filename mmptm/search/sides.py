@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mmptm.batch import KEY
+from mmptm.batch import KEY, pick_device
 from mmptm.data.decode import Collate, Decoder
 from mmptm.eval.retrieval import Sides, embed_rows, itm_scores, objective_types, retrieval_heads
 from mmptm.modalities.base import DataContext, Modality, Sample, build_modalities
@@ -107,6 +107,10 @@ class DualEncoder:
         #: trained on (the text plug-in's settings)
         self.captions_field: str = text.captions_field
         self.caption_languages: list[str] = list(text.caption_languages)
+        #: the languages a query may be in: the caption languages and the tokenizer's
+        self.languages: list[str] = sorted(
+            {*self.caption_languages, *getattr(tokenizer, "languages", ())}
+        )
         a, b = contrastive.cfg.modalities
         needs = model.data_needs()
         context = DataContext(tokenizer=tokenizer)
@@ -126,7 +130,9 @@ class DualEncoder:
         cls, run: str, overrides: Sequence[str] = (), device: str = "cpu", batch_size: int = 128
     ) -> tuple[DualEncoder, dict]:
         """The run (a run directory or checkpoint file) and what identifies its weights:
-        ``{"run", "checkpoint", "step", "fingerprint"}``."""
+        ``{"run", "checkpoint", "step", "fingerprint"}``. A ``device`` this machine lacks
+        is a ValueError before anything loads."""
+        device = str(pick_device(device))
         path = checkpoint.resolve(run)
         model, tokenizer, cfg = load_pretrained(str(path), overrides)
         ident = {

@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from mmptm.batch import move_to
+from mmptm.batch import move_to, pick_device
 from mmptm.config import save_config, to_dict
 from mmptm.data.pipeline import DataState, Loader, stream_config
 from mmptm.encoders.base import VocabInfo
@@ -115,15 +115,6 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def pick_device(name: str, local_rank: int) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -174,7 +165,9 @@ class Trainer:
         check_recipe(cfg)
         device_type = "cuda" if tc.device in ("auto", "cuda") and torch.cuda.is_available() else ""
         self.dist = init_distributed(device_type or "cpu", tc.dist_timeout_s)
-        self.device = pick_device(tc.device, self.dist.local_rank)
+        self.device = pick_device(tc.device, self.dist.local_rank, setting="train.device")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         self.bf16 = tc.precision == "bf16" or (
             tc.precision == "auto" and self.device.type == "cuda"
         )

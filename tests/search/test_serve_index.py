@@ -30,7 +30,7 @@ def index(tiny_index) -> SearchIndex:
 
 @pytest.fixture(scope="module")
 def client(index) -> TestClient:
-    return TestClient(create_app(index))
+    return TestClient(create_app(index), base_url="http://localhost")
 
 
 def _pairs(hits) -> list[tuple]:
@@ -108,7 +108,8 @@ def test_cli_errors(capsys, tmp_path, tiny_index):
 
 def test_cli_serves_until_interrupted(tiny_index):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "mmptm.cli", "serve", str(tiny_index), "--port", "0"]
+    cmd = [sys.executable, "-m", "mmptm.cli", "serve", str(tiny_index), "--port", "0",
+           "--allow-host", "search.example"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT)  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
@@ -124,6 +125,11 @@ def test_cli_serves_until_interrupted(tiny_index):
         hits = httpx.get(f"{url}api/search", params={"q": "a blue star"}, timeout=30).json()
         assert len(hits["hits"]) == 10
         assert "<title>mmptm search</title>" in httpx.get(url, timeout=30).text
+        # a name it was not started with (DNS rebinding) is refused; one it was, answered
+        as_name = {"Host": "search.example:80"}
+        assert httpx.get(f"{url}api/health", headers=as_name, timeout=30).status_code == 200
+        other = httpx.get(f"{url}api/health", headers={"Host": "evil.example"}, timeout=30)
+        assert other.status_code == 400 and "--allow-host" in other.json()["detail"]
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
