@@ -18,7 +18,7 @@ mmptm eval spans RUN [--shards SPEC | --set NAME=SPEC ...] [--group-by facts] [-
 mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm index RUN --shards SPEC --out DIR [--add] [--index-type flat|ivf|hnsw]
 mmptm retrieve INDEX "a red circle" | --image FILE | --key KEY [-k 10] [--lang de] [--json]
-mmptm serve INDEX [--host 127.0.0.1] [--port 8000] [--device cpu] [--run RUN]
+mmptm serve INDEX [--host 127.0.0.1] [--port 8000] [--allow-host NAME] [--device cpu] [--run RUN]
 mmptm demo [--out runs/demo] [key=value ...]
 
 One module per command group, each sub-command's parser beside the function it runs. The
@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mmptm.cli import data, demo, eval, imports, kg, plot, recipes, search, tokenizer, train, units
+from mmptm.version import __version__
 
 
 class Parser(argparse.ArgumentParser):
@@ -71,6 +72,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``mmptm`` parser: the command groups, in the order ``mmptm --help`` lists them."""
     p = Parser(prog="mmptm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"mmptm {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)

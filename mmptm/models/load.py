@@ -32,13 +32,20 @@ log = logging.getLogger(__name__)
 NO_TEXT = VocabInfo(vocab_size=0)
 
 
-def build_model(cfg: RunConfig) -> tuple[PretrainModel, Tokenizer | ClipTokenizer | None]:
+def build_model(
+    cfg: RunConfig, vocab_size: int | None = None
+) -> tuple[PretrainModel, Tokenizer | ClipTokenizer | None]:
     """The tokenizer named by the recipe and a freshly initialised model for it.
 
     A model without a text encoder (wav2vec 2.0, an imported speech model) needs no
     tokenizer: with ``data.tokenizer`` empty it is built with :data:`NO_TEXT` and the
-    tokenizer is None.
+    tokenizer is None. ``vocab_size`` stands in for the tokenizer (its file need not exist:
+    a model of the right shapes before one is trained); the tokenizer is then None.
     """
+    if vocab_size is not None:
+        languages = sorted({lang for s in cfg.data.sources.values() for lang in s.languages})
+        vocab = VocabInfo(vocab_size=vocab_size, languages=tuple(languages))
+        return PretrainModel(cfg.model, vocab), None
     if not cfg.data.tokenizer:
         text = [n for n, c in cfg.model.encoders.items() if ENCODERS.get(c.type).modality == "text"]
         if text:
@@ -61,12 +68,7 @@ def count_parameters(cfg: RunConfig, vocab_size: int | None = None) -> int:
     read (an answer list, a codebook, entity vectors) must be there.
     """
     with torch.device("meta"):
-        if vocab_size is None:
-            model, _ = build_model(cfg)
-        else:
-            languages = sorted({lang for s in cfg.data.sources.values() for lang in s.languages})
-            vocab = VocabInfo(vocab_size=vocab_size, languages=tuple(languages))
-            model = PretrainModel(cfg.model, vocab)
+        model, _ = build_model(cfg, vocab_size)
     return sum(p.numel() for p in model.parameters())
 
 

@@ -630,7 +630,7 @@ def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[st
 
 
 # --------------------------------------------------------------------------------------------
-# looking at the page headlessly (the browser test, the README's screenshot)
+# looking at the page headlessly (the browser test, the docs' screenshot)
 
 #: Debian's ``chromium`` package
 CHROMIUM = "/usr/bin/chromium"
