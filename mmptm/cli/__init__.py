@@ -34,7 +34,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from mmptm.cli import data, demo, eval, imports, kg, plot, recipes, search, tokenizer, train, units
 from mmptm.version import __version__
@@ -68,6 +68,10 @@ class Parser(argparse.ArgumentParser):
         self._filled()
         return super().format_help()
 
+    def error(self, message: str) -> NoReturn:
+        # one line, as for every other mistake a user can fix; the usage is one --help away
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``mmptm`` parser: the command groups, in the order ``mmptm --help`` lists them."""
@@ -82,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mmptm.cli.flags import device
 from mmptm.registry import default_of
 
 _SPLITS = ["train", "val", "test"]
@@ -156,7 +157,7 @@ def _probe(ev_sub: argparse._SubParsersAction) -> None:
                     "(default: the mean over all of them)")  # fmt: skip
     pr.add_argument("--batch-size", type=int, default=default_of(cloze, "batch_size"),
                     help="cloze: sequences per batch")  # fmt: skip
-    pr.add_argument("--device", default=default_of(cloze, "device"),
+    pr.add_argument("--device", type=device, default=default_of(cloze, "device"),
                     help="cloze: cpu, cuda, ...")  # fmt: skip
     pr.set_defaults(fn=_eval_probe)
 
@@ -264,7 +265,7 @@ def _spans(ev_sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--set", action="append", help="NAME=SHARDS, repeatable")
     sp.add_argument("--group-by", default=",".join(default_of(fn, "group_by")),
                     help="comma list of json fields")  # fmt: skip
-    sp.add_argument("--device", default=default_of(fn, "device"))
+    sp.add_argument("--device", type=device, default=default_of(fn, "device"))
     sp.add_argument("--out", default=None, help="also write the result as JSON here")
     sp.set_defaults(fn=_eval_spans)
 

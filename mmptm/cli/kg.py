@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mmptm.cli.flags import device
+
 # how the help names the defaults of KGETrainConfig
 _SHOWN = {"transe": "TransE", "distmult": "DistMult", "adam": "Adam", "adagrad": "Adagrad",
           "sgd": "SGD"}  # fmt: skip
@@ -49,7 +51,7 @@ def _train_embeddings(kg_sub: argparse._SubParsersAction) -> None:
     kt.add_argument("--batch-size", type=int)
     kt.add_argument("--epochs", type=int)
     kt.add_argument("--seed", type=int)
-    kt.add_argument("--device", help="cpu, cuda, cuda:1")
+    kt.add_argument("--device", type=device, help="cpu, cuda, cuda:1")
     kt.add_argument("--mmap", action="store_true",
                     help="entity table memory-mapped in OUT (sparse row updates)")  # fmt: skip
     kt.add_argument("--eval-every", type=int, help="epochs between validation evaluations")

@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from mmptm.cli.flags import device
 from mmptm.registry import default_of
 
 #: help of --verify (retrieve, serve)
@@ -63,7 +64,7 @@ def _index_arguments(ix: argparse.ArgumentParser) -> None:
     ix.add_argument("--batch-size", type=int, default=default_of(fn, "batch_size"))
     ix.add_argument("--workers", type=int, default=default_of(fn, "workers"),
                     help="loader worker processes (decoding)")  # fmt: skip
-    ix.add_argument("--device", default=default_of(fn, "device"))
+    ix.add_argument("--device", type=device, default=default_of(fn, "device"))
     ix.add_argument("--thumbnail-size", type=int, default=default_of(fn, "thumbnail_size"),
                     help="longest side, pixels")  # fmt: skip
     ix.add_argument("--strict", action="store_true",
@@ -116,7 +117,7 @@ def _retrieve_arguments(rt: argparse.ArgumentParser) -> None:
         default=None,
         help="the run to load (default: the checkpoint the index was built with)",
     )
-    rt.add_argument("--device", default=default_of(SearchIndex.open, "device"))
+    rt.add_argument("--device", type=device, default=default_of(SearchIndex.open, "device"))
     rt.add_argument("--verify", action="store_true", help=VERIFY)
     rt.add_argument("--json", action="store_true", help="print the hits as JSON")
     rt.set_defaults(fn=_retrieve)
@@ -180,7 +181,7 @@ def _serve_arguments(sv: argparse.ArgumentParser) -> None:
                     help="threads decoding uploaded images")  # fmt: skip
     sv.add_argument("--decode-queue", type=int, default=default_of(create_app, "decode_queue"),
                     help="uploads waiting for a decoder (then 503, Retry-After)")  # fmt: skip
-    sv.add_argument("--device", default=default_of(fn, "device"),
+    sv.add_argument("--device", type=device, default=default_of(fn, "device"),
                     help="where the model encodes queries")  # fmt: skip
     sv.add_argument("--run", default=None, help="model run instead of the one in index.json")
     sv.add_argument("--verify", action="store_true", help=VERIFY)

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mmptm.cli.flags import device
 from mmptm.registry import default_of
 
 
@@ -41,7 +42,7 @@ def _fit(un_sub: argparse._SubParsersAction) -> None:
     uf.add_argument("--iters", type=int, default=default_of(fit_codebook, "iters"),
                     help="most Lloyd steps per k-means")  # fmt: skip
     uf.add_argument("--seed", type=int, default=default_of(fit_codebook, "seed"))
-    uf.add_argument("--device", default=default_of(fit_codebook, "device"))
+    uf.add_argument("--device", type=device, default=default_of(fit_codebook, "device"))
     uf.add_argument("--no-progress", action="store_true")
     uf.add_argument("--out", required=True, help="codebook .npy; a .json sidecar beside it")
     uf.set_defaults(fn=_units_fit)

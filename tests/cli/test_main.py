@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from mmptm.cli import build_parser
 
 LIBRARY = ("torch", "mmptm.converters", "mmptm.toyworld", "mmptm.eval", "mmptm.train")
@@ -44,3 +46,26 @@ def test_every_group_parses_its_defaults():
     assert parse(["plot", "run", "--out", "c.png"]).smooth == 0.6
     assert parse(["tokenizer", "train", "--input", "t", "--out", "o"]).vocab_size == 8000
     assert not hasattr(parse(["kg", "train-embeddings", "t", "--out", "o"]), "dim")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "IDX"],
+        ["index", "RUN", "--shards", "x.tar", "--out", "o"],
+        ["retrieve", "IDX", "red"],
+        ["units", "fit", "--shards", "x.tar", "--k", "2", "--out", "c.npy"],
+        ["kg", "train-embeddings", "triples.txt", "--out", "o"],
+        ["eval", "probe", "RUN", "--cloze", "c.jsonl"],
+        ["eval", "spans", "RUN"],
+    ],
+)
+def test_every_device_flag_refuses_a_device_the_machine_lacks(capsys, argv):
+    """Checked when the command line is parsed: one line, exit 2, before anything loads."""
+    from mmptm.cli import main
+
+    assert main([*argv, "--device", "cuda:99"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    command = " ".join(argv[:2] if argv[0] in ("units", "kg", "eval") else argv[:1])
+    assert err[0].startswith(f"mmptm {command}: error: argument --device: cuda:99: ")

@@ -302,19 +302,19 @@ def test_a_device_the_machine_lacks_is_one_line_in_serve_index_and_pretrain(
     no_gpu, capsys, tiny_index, tiny_clip_run, tiny_world, tmp_path
 ):
     line = cli_error(capsys, ["serve", str(tiny_index), "--port", "0", "--device", "cuda"])
-    assert "--device cuda: torch sees no CUDA GPU on this machine" in line
+    assert "--device: cuda: torch sees no CUDA GPU on this machine" in line
     shards = f"{tiny_world}/image_text/test-*.tar"
     line = cli_error(capsys, ["index", str(tiny_clip_run), "--shards", shards,
                               "--out", str(tmp_path / "ix"), "--device", "cuda"])  # fmt: skip
-    assert "--device cuda: torch sees no CUDA GPU" in line
+    assert "--device: cuda: torch sees no CUDA GPU" in line
     assert not (tmp_path / "ix").exists()
     line = cli_error(capsys, ["retrieve", str(tiny_index), "red", "--device", "cuda:1"])
-    assert "--device cuda:1: torch sees no CUDA GPU" in line
+    assert "--device: cuda:1: torch sees no CUDA GPU" in line
     over = [*text_mlm_overrides(tiny_world, tmp_path / "run"), "train.device=cuda"]
     line = cli_error(capsys, ["pretrain", TEXT_MLM, *over])
     assert "train.device cuda: torch sees no CUDA GPU on this machine" in line
     line = cli_error(capsys, ["serve", str(tiny_index), "--port", "0", "--device", "gpu"])
-    assert "--device 'gpu' is not a device (cpu, cuda, cuda:N, auto)" in line
+    assert "--device: 'gpu' is not a device (cpu, cuda, cuda:N, auto)" in line
 
 
 def test_pick_device(no_gpu):
