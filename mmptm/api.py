@@ -32,6 +32,7 @@ from mmptm.models.load import build_model, load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.recipe import RunConfig, add_recipe_dir, list_recipes, load_recipe, recipe_path
 from mmptm.registry import ENCODERS, FUSIONS, MODALITIES, OBJECTIVES
+from mmptm.search.images import PNG_MODES
 from mmptm.search.sides import DualEncoder, text_sample
 
 #: a picture, a sound or a clip as the API takes it: a file path, its bytes, or (images) a
@@ -173,7 +174,9 @@ def media_member(item: Media, default_member: str) -> dict[str, bytes]:
         path = Path(item)
         ext = path.suffix.lower().lstrip(".") or default_member
         return {"jpg" if ext == "jpeg" else ext: path.read_bytes()}
-    if hasattr(item, "save"):  # a PIL image
+    if hasattr(item, "save"):  # a PIL image, in its own mode where PNG stores it
+        if item.mode not in PNG_MODES:
+            item = item.convert("RGBA" if "A" in item.mode else "RGB")
         buf = io.BytesIO()
         item.save(buf, format="PNG")
         return {"png": buf.getvalue()}

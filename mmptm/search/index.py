@@ -45,7 +45,7 @@ from mmptm.eval.retrieval import albef_rerank_score, objective_types
 from mmptm.modalities.base import Sample
 from mmptm.modalities.sentences import every_segment
 from mmptm.registry import MODALITIES
-from mmptm.search.images import MAX_IMAGE_PIXELS, shrink
+from mmptm.search.images import MAX_IMAGE_PIXELS, PNG_MODES, shrink
 from mmptm.search.sides import DualEncoder, Side, text_sample
 from mmptm.search.store import (
     FORMAT,
@@ -847,11 +847,14 @@ class SearchIndex:
         return hits
 
 
-_IMAGE_FORMATS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
+#: formats the image plug-in reads as they are (a GIF: its first frame)
+_IMAGE_FORMATS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif"}
 
 
 def _image_member(image: bytes | Image.Image) -> tuple[bytes, str]:
-    """(bytes, member extension) of an image query; other formats are re-encoded as PNG."""
+    """(bytes, member extension) of an image query; other formats are re-encoded as PNG in
+    their own mode where PNG stores it, so that the plug-in resizes them as open_clip does
+    (in their mode, then to RGB)."""
     if isinstance(image, Image.Image):
         picture = image
     elif isinstance(image, (bytes, bytearray, memoryview)):
@@ -860,7 +863,7 @@ def _image_member(image: bytes | Image.Image) -> tuple[bytes, str]:
                 img.load()
                 if img.format in _IMAGE_FORMATS:
                     return bytes(image), _IMAGE_FORMATS[img.format]
-                picture = img.convert("RGB")
+                picture = img.copy()
         except UnidentifiedImageError:
             raise ValueError("not a decodable image: no image format PIL reads") from None
         except (OSError, ValueError, Image.DecompressionBombError) as e:
@@ -869,8 +872,10 @@ def _image_member(image: bytes | Image.Image) -> tuple[bytes, str]:
         raise ValueError(
             f"an image query is the bytes of an image file, got {type(image).__name__}"
         )
+    if picture.mode not in PNG_MODES:  # e.g. CMYK (a TIFF)
+        picture = picture.convert("RGBA" if "A" in picture.mode else "RGB")
     buf = io.BytesIO()
-    picture.convert("RGB").save(buf, "PNG")
+    picture.save(buf, "PNG")
     return buf.getvalue(), "png"
 
 

@@ -289,3 +289,32 @@ def test_images_without_captions_and_bad_samples(
     hits = index.search_text("a red circle", k=3)
     assert len(hits) == 3 and all(h.caption == "" and h.language is None for h in hits)
     assert index.search_image(samples[2]["jpg"], k=1, side="image")[0].key == samples[2]["__key__"]
+
+
+def test_image_queries_of_any_format_are_read_in_their_own_mode(clip_index, val_shards):
+    """A TIFF or GIF query gives what the same picture gives as a PNG of its own mode: the
+    plug-in resizes it in that mode, as open_clip does (not turned into RGB first)."""
+    import io
+
+    from PIL import Image
+
+    sample = next(iter(tar_samples(expand_shards(val_shards), SkipCounter())))
+    # larger than the model's input, so that the plug-in resizes it (in which mode matters)
+    rgba = Image.open(io.BytesIO(sample["jpg"])).convert("RGBA").resize((83, 71))
+    rgba.putalpha(Image.linear_gradient("L").resize(rgba.size))
+
+    def encoded(picture: Image.Image, fmt: str) -> bytes:
+        buf = io.BytesIO()
+        picture.save(buf, fmt)
+        return buf.getvalue()
+
+    def scores(query) -> list[float]:
+        return [h.score for h in clip_index.search_image(query, k=4, lang="en")]
+
+    png = scores(encoded(rgba, "PNG"))
+    np.testing.assert_allclose(scores(encoded(rgba, "TIFF")), png, atol=1e-6)
+    np.testing.assert_allclose(scores(rgba), png, atol=1e-6)
+    gif = encoded(rgba.convert("RGB"), "GIF")
+    palette = Image.open(io.BytesIO(gif))
+    assert palette.mode == "P"
+    np.testing.assert_allclose(scores(gif), scores(encoded(palette, "PNG")), atol=1e-6)
