@@ -3,45 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+
+#: the HF-format importers: command → (help, module, function)
+HF_IMPORTS = {
+    "xlmr": ("a local HF-format XLM-R directory", "mmptm.models.hf_import", "import_xlmr"),
+    "wav2vec2": ("a local HF Wav2Vec2Model / HubertModel directory",
+                 "mmptm.models.hf_audio_import", "import_wav2vec2"),
+}  # fmt: skip
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Add ``mmptm import ...``."""
     im = sub.add_parser("import", help="import checkpoints of other libraries (offline)")
     im_sub = im.add_subparsers(dest="format", required=True)
-    _xlmr(im_sub)
-    _wav2vec2(im_sub)
+    for name, (help_, _, _) in HF_IMPORTS.items():
+        hf = im_sub.add_parser(name, help=help_)
+        hf.add_argument("hf_dir")
+        hf.add_argument("--out", required=True, help="writes an mmptm run directory here")
+        hf.add_argument(
+            "--drop-prefix", action="append", help="also leave these heads behind (known ones are)"
+        )
+        hf.set_defaults(fn=_import_hf)
     _open_clip(im_sub)
 
 
-def _xlmr(im_sub: argparse._SubParsersAction) -> None:
-    ix = im_sub.add_parser("xlmr", help="a local HF-format XLM-R directory")
-    ix.add_argument("hf_dir")
-    ix.add_argument("--out", required=True, help="writes an mmptm run directory here")
-    ix.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
-    ix.set_defaults(fn=_import_xlmr)
-
-
-def _import_xlmr(args: argparse.Namespace) -> int:
-    from mmptm.models.hf_import import import_xlmr
-
-    path = import_xlmr(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
-    print(f"imported {args.hf_dir} → {path} (use init={args.out})")
-    return 0
-
-
-def _wav2vec2(im_sub: argparse._SubParsersAction) -> None:
-    iw = im_sub.add_parser("wav2vec2", help="a local HF Wav2Vec2Model / HubertModel directory")
-    iw.add_argument("hf_dir")
-    iw.add_argument("--out", required=True, help="writes an mmptm run directory here")
-    iw.add_argument("--drop-prefix", action="append", help="leave these task heads behind")
-    iw.set_defaults(fn=_import_wav2vec2)
-
-
-def _import_wav2vec2(args: argparse.Namespace) -> int:
-    from mmptm.models.hf_audio_import import import_wav2vec2
-
-    path = import_wav2vec2(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
+def _import_hf(args: argparse.Namespace) -> int:
+    _, module, function = HF_IMPORTS[args.format]
+    importer = getattr(importlib.import_module(module), function)
+    path = importer(args.hf_dir, args.out, drop_prefixes=args.drop_prefix or ())
     print(f"imported {args.hf_dir} → {path} (use init={args.out})")
     return 0
 
