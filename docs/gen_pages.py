@@ -277,7 +277,8 @@ def recipe_card(
         rows.append(
             "| results | " + ", ".join(f"[{t}]({link(page, to)})" for t, to in results[name]) + " |"
         )
-    rel = r["path"].relative_to(ROOT).as_posix()
+    # as the repository names it (the package imported may be another checkout's)
+    rel = r["path"].relative_to(config.PACKAGE_RECIPES.parent.parent).as_posix()
     text = r["path"].read_text(encoding="utf-8").rstrip()
     return (
         f"### `{name}` {{#{name}}}\n\n{md(leading_comment(r['path']))}\n\n| | |\n|---|---|\n"
