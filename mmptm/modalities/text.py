@@ -8,6 +8,10 @@ A sample gives one or two **segments** depending on its format (read from its ``
     NLI pair                             json.premise / hypothesis    → two
     VQA question                         json.question                → one
 
+A training sample's caption may come from one of several json fields of the captions' shape,
+drawn by weight (``caption_mixture``: e.g. toyworld's object, pair and scene captions, so that
+a model learns short queries as well as whole scenes); evaluation reads ``captions_field``.
+
 The first segment fills the ``text`` view (``input_ids``, ``attention_mask``, ``segment_ids``,
 ``lang_ids``), the second the second view (``text2_input_ids`` ...). Models with an encoder
 for the second view read them apart; the others get them packed by :class:`PackPairs`:
@@ -46,6 +50,7 @@ Legend: B batch, L tokens.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from collections import Counter
@@ -94,6 +99,12 @@ class TextData(Modality):
         #: which of a language's several captions evaluation reads (0 = the first); the
         #: five-captions retrieval protocol (Clotho, AudioCaps) reads each in turn
         caption_index: int = 0
+        #: json fields of the same shape to draw each training sample's caption from, with
+        #: weights, e.g. toyworld's granularities {captions: 2, pair_captions: 1,
+        #: object_captions: 1}; a field is drawn (per sample and epoch) among those holding a
+        #: caption in one of ``caption_languages``, the sample keeps ``captions_field`` when
+        #: it holds none of them. Empty = ``captions_field`` alone; evaluation always reads it
+        caption_mixture: dict[str, float] = field(default_factory=dict)
         #: a joined pair restarts positions at its second sentence (XLM's TLM)
         restart_positions: bool = True
         #: segment ids of a joined pair: 2 = 0 for the first sentence, 1 for the second
@@ -128,6 +139,7 @@ class TextData(Modality):
         for name in cfg.spans:
             if not _NAME.fullmatch(name):
                 raise ValueError(f"data.modalities.text.spans: {name!r} is not a batch-key name")
+        _check_mixture(cfg)
         self.tokenizer = tok
         self.vocabularies = {}
         for name, path in cfg.span_vocabularies.items():
@@ -244,13 +256,31 @@ class TextData(Modality):
             )
         return " ".join(names[i] for i in labels)
 
+    def caption_field(self, meta: Mapping[str, Any], rng: random.Random | None) -> str:
+        """The json field a sample's caption comes from: one of ``caption_mixture`` drawn by
+        weight when training (among those with a caption in ``caption_languages``), else
+        ``captions_field``. One field on offer draws nothing from ``rng``."""
+        mixture = self.cfg.caption_mixture
+        if rng is None or not mixture:
+            return self.cfg.captions_field
+        langs = self.cfg.caption_languages
+        offered = [(f, w) for f, w in mixture.items() if _has_caption(meta.get(f), langs)]
+        if len(offered) < 2:
+            return offered[0][0] if offered else self.cfg.captions_field
+        at = rng.random() * sum(w for _, w in offered)
+        for name, weight in offered:
+            at -= weight
+            if at < 0:
+                return name
+        return offered[-1][0]  # float rounding left ``at`` at the very end
+
     def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
         segs = segments(
             sample,
             meta,
             self.cfg.caption_languages,
             rng,
-            self.cfg.captions_field,
+            self.caption_field(meta, rng),
             self.cfg.caption_index,
         )
         if self.cfg.tag_classes:
@@ -309,6 +339,27 @@ class TextData(Modality):
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_mixture(cfg: TextData.Config) -> None:
+    """``caption_mixture``: json field names with positive weights, and no span annotations
+    (a span field mirrors one caption field, not several)."""
+    where = "data.modalities.text.caption_mixture"
+    for name, weight in cfg.caption_mixture.items():
+        if not name:
+            raise ValueError(f"{where}: a field name is empty")
+        if not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"{where}.{name} must be a positive weight, got {weight}")
+    if cfg.caption_mixture and cfg.spans:
+        raise ValueError(
+            f"{where} draws captions from several json fields, but data.modalities.text.spans "
+            f"({sorted(cfg.spans)}) mirror one: use one of them"
+        )
+
+
+def _has_caption(value: Any, languages: Sequence[str]) -> bool:
+    """Whether a captions field ({lang: caption or [captions]}) holds one in ``languages``."""
+    return isinstance(value, dict) and any(value.get(lang) for lang in languages)
 
 
 def _token_spans(

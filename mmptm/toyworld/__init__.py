@@ -8,7 +8,10 @@ added without touching the others::
 
 Views, each written for every split and requested language:
 
-- ``image_text``: img2dataset-style ``jpg`` + ``txt`` + ``json`` (annotations, all captions)
+- ``image_text``: img2dataset-style ``jpg`` + ``txt`` + ``json`` (annotations, all captions:
+  the scene's in ``captions``, and finer ones, one per object in ``object_captions`` ("a
+  large red circle"), one per neighbouring pair and direction in ``pair_captions``, every
+  object listed in ``list_captions``, see :func:`granular_captions`)
 - ``parallel``: one sample per scene and language pair, ``json`` = {languages, texts}; the
   train split adds a second one per pair with the scene's :func:`statements` (true claims in
   the words of NLI hypotheses: "The red circle is large.")
@@ -70,9 +73,10 @@ Modules, in pipeline order:
 - :mod:`~mmptm.toyworld.scene`: labels and constants, :class:`Obj`, :class:`Scene`,
   :func:`sample_scene`, relations, locations, boxes, :func:`render`, :func:`encode_jpeg`
 - :mod:`~mmptm.toyworld.language`: :data:`LEXICON`, the grammar behind
-  :func:`describe` / :func:`captions`, NLI pairs and their text (:func:`nli_pairs`,
-  :func:`state`, :func:`nli_text`), the statements of the text corpora (:func:`facts`,
-  :func:`statements`)
+  :func:`describe` / :func:`captions`, the finer captions (:func:`object_phrase`,
+  :func:`pair_caption`, :func:`object_list`, :func:`granular_captions`), NLI pairs and
+  their text (:func:`nli_pairs`, :func:`state`, :func:`nli_text`), the statements of the
+  text corpora (:func:`facts`, :func:`statements`)
 - :mod:`~mmptm.toyworld.detector`: the frozen seeded CNN behind ``regions.npz``
   (:func:`roi_features`, :func:`detect`)
 - :mod:`~mmptm.toyworld.vqa`: VQA questions and annotators' answers
@@ -112,6 +116,7 @@ from mmptm.toyworld.detector import (
 from mmptm.toyworld.knowledge import build_world, knowledge_manifest
 from mmptm.toyworld.knowledge_sets import KNOWLEDGE_VIEWS
 from mmptm.toyworld.language import (
+    CAPTION_FIELDS,
     LANGUAGES,
     LEXICON,
     MAX_STATEMENTS,
@@ -122,10 +127,13 @@ from mmptm.toyworld.language import (
     captions,
     describe,
     facts,
+    granular_captions,
     lexicon_forms,
     nli_pairs,
     nli_text,
+    object_list,
     object_phrase,
+    pair_caption,
     state,
     statements,
 )
@@ -214,6 +222,7 @@ __all__ = [
     "ALL_VIEWS",
     "ANSWER_TYPES",
     "AUDIO_VIEWS",
+    "CAPTION_FIELDS",
     "CLIP_FPS",
     "CLIP_FRAMES",
     "COLORS",
@@ -265,15 +274,18 @@ __all__ = [
     "facts",
     "frame_features",
     "generate",
+    "granular_captions",
     "lexicon_forms",
     "location",
     "narrate",
     "nli_pairs",
     "nli_text",
     "object_box",
+    "object_list",
     "object_phrase",
     "object_states",
     "one_thread",
+    "pair_caption",
     "relation",
     "relations",
     "render",
@@ -492,6 +504,7 @@ def _manifest(
         "shards": shards,
         "by_language": by_language,
         "text": {lang: f"text/{lang}.txt" for lang in languages},
+        "caption_fields": dict(CAPTION_FIELDS),  # image_text's json field per granularity
         "nli": {
             "xnli": {split: f"nli/xnli.{split}.tsv" for split in counts},
             "multinli": "nli/multinli_1.0_train.txt" if "en" in languages else None,

@@ -1,9 +1,11 @@
 """Words: the lexicons and grammar of every language, captions and NLI pairs.
 
 :data:`LEXICON` holds each language's forms and templates; :func:`describe` turns a scene
-into its caption, :func:`nli_pairs` draws language-independent NLI pairs and
-:func:`nli_text` / :func:`state` put them into words; :func:`statements` states a scene's
-:func:`facts` in the same words, for the text corpora.
+into its caption, :func:`granular_captions` words it more finely: each object
+(:func:`object_phrase`), each neighbouring pair (:func:`pair_caption`), every object
+without relations (:func:`object_list`). :func:`nli_pairs` draws language-independent NLI
+pairs and :func:`nli_text` / :func:`state` put them into words; :func:`statements` states a
+scene's :func:`facts` in the same words, for the text corpora.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "main": "{a} is {rel} {b}",
         "relative": "{pron} is {rel} {b}",
         "pronoun": "which",
+        "and": "and",  # lists: "a, b and c"
         "single": "{a} {where}",
         "locations": {
             "top_left": "in the top left corner", "top": "at the top centre",
@@ -106,6 +109,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "main": "{a} ist {rel} {b}",
         "relative": "{pron} {rel} {b} ist",  # verb-final subordinate clause
         "pronoun": {"m": "der", "f": "die", "n": "das"},
+        "and": "und",
         "single": "{a} {where}",
         "locations": {
             "top_left": "in der oberen linken Ecke", "top": "oben in der Mitte",
@@ -140,6 +144,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "main": "{a} est {rel} {b}",
         "relative": "{pron} est {rel} {b}",
         "pronoun": "qui",
+        "and": "et",
         "single": "{a} {where}",
         "locations": {
             "top_left": "dans le coin supérieur gauche", "top": "en haut au centre",
@@ -169,6 +174,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "main": "{a} находится {rel} {b}",
         "relative": "{pron} находится {rel} {b}",
         "pronoun": {"m": "который", "f": "которая"},
+        "and": "и",
         "single": "{a} {where}",
         "locations": {
             "top_left": "в левом верхнем углу", "top": "вверху по центру",
@@ -195,6 +201,7 @@ LEXICON: dict[str, dict[str, Any]] = {
         "main": "{a} está {rel} {b}",
         "relative": "{pron} está {rel} {b}",
         "pronoun": "que",
+        "and": "y",  # never "e": the next word is always "un" or "una"
         "single": "{a} {where}",
         "locations": {
             "top_left": "en la esquina superior izquierda", "top": "arriba en el centro",
@@ -290,6 +297,65 @@ def describe(scene: Scene, lang: str, names: Sequence[str | None] | None = None)
 def captions(scene: Scene, languages: Sequence[str]) -> dict[str, str]:
     """The scene's caption in each requested language."""
     return {lang: describe(scene, lang) for lang in languages}
+
+
+#: the image_text json field holding each granularity of caption, finest first: one object
+#: ("a large red circle"), two neighbours and their relation, every object without relations
+#: ("a large red circle, a small blue star and ..."), the whole scene
+CAPTION_FIELDS = {
+    "object": "object_captions",
+    "pair": "pair_captions",
+    "list": "list_captions",
+    "scene": "captions",
+}
+
+
+def object_list(scene: Scene, lang: str, first: int = 0) -> str:
+    """Every object of the scene as query-like phrases joined as a list ("a large red circle,
+    a small blue star and a small purple diamond"), in scene order from object ``first`` on
+    and round; one object alone is its :func:`object_phrase`."""
+    objs = scene.objects[first:] + scene.objects[:first]
+    phrases = [object_phrase(o.shape, o.color, o.size, lang) for o in objs]
+    if len(phrases) == 1:
+        return phrases[0]
+    return f"{', '.join(phrases[:-1])} {LEXICON[lang]['and']} {phrases[-1]}"
+
+
+def pair_caption(a: Obj, b: Obj, lang: str) -> str:
+    """Two objects and where the first is relative to the second, as a sentence: "A large red
+    circle is to the left of a small blue star."."""
+    lex = LEXICON[lang]
+    phrase, case = lex["relations"][relation(a, b)]
+    text = lex["main"].format(
+        a=_noun_phrase(lex, a, "nom"), rel=phrase, b=_noun_phrase(lex, b, case)
+    )
+    return text[0].upper() + text[1:] + "."
+
+
+def granular_captions(scene: Scene, languages: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The scene's finer captions by json field (:data:`CAPTION_FIELDS`), per language.
+
+    ``object_captions``: each object in scene order, as :func:`object_phrase` words it.
+    ``pair_captions``: each pair of neighbours a scene caption relates (left to right), said
+    from both ends ("A is to the left of B.", "B is to the right of A."); none for a lone
+    object. ``list_captions``: every object (:func:`object_list`), once starting from each,
+    so that every object leads one of them.
+    """
+    objs = scene.objects
+    pairs = [(objs[i], objs[j]) for i, _, j in relations(scene)]
+    return {
+        CAPTION_FIELDS["object"]: {
+            lang: [object_phrase(o.shape, o.color, o.size, lang) for o in objs]
+            for lang in languages
+        },
+        CAPTION_FIELDS["pair"]: {
+            lang: [pair_caption(x, y, lang) for a, b in pairs for x, y in ((a, b), (b, a))]
+            for lang in languages
+        },
+        CAPTION_FIELDS["list"]: {
+            lang: [object_list(scene, lang, i) for i in range(len(objs))] for lang in languages
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------------------

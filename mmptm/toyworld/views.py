@@ -27,7 +27,14 @@ from mmptm.converters.text import XNLI_COLUMNS, convert_xnli
 from mmptm.data.shards import ShardWriter
 from mmptm.modalities.audio_io import encode_audio
 from mmptm.toyworld.detector import _detections, frame_features, one_thread
-from mmptm.toyworld.language import captions, describe, nli_pairs, nli_text, statements
+from mmptm.toyworld.language import (
+    captions,
+    describe,
+    granular_captions,
+    nli_pairs,
+    nli_text,
+    statements,
+)
 from mmptm.toyworld.motion import (
     CLIP_FPS,
     Clip,
@@ -122,14 +129,18 @@ def _records(
 
 
 def write_image_text(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
-    """img2dataset-style samples: ``jpg``, ``txt`` (primary caption), ``json`` (annotations)."""
+    """img2dataset-style samples: ``jpg``, ``txt`` (primary caption), ``json`` (annotations,
+    every caption language, and the finer captions ``object_captions``, ``pair_captions``
+    and ``list_captions`` of :func:`granular_captions`)."""
     primary = _primary(cfg)
     jpgs = _jpegs(tuple(scenes), cfg.image_size)
     records = _records(tuple(scenes), cfg.image_size, cfg.languages)
     with out.writer() as writer:
         for scene, jpg, record in zip(scenes, jpgs, records):
             txt = record["captions"][primary]
-            writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": record})
+            # this view's json alone: regions and audio share the record and keep their bytes
+            meta = {**record, **granular_captions(scene, cfg.languages)}
+            writer.write({"__key__": scene.key, "jpg": jpg, "txt": txt, "json": meta})
 
 
 def _texts(scene: Scene, lang: str, split: str) -> list[tuple[str, str]]:
@@ -229,7 +240,8 @@ def _primary(cfg: ViewSettings) -> str:
 
 
 def write_regions(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
-    """The ``image_text`` samples (same keys, same bytes) plus ``regions.npz`` (see detect)."""
+    """The ``image_text`` samples (same keys and bytes, but the json has no finer captions)
+    plus ``regions.npz`` (see detect)."""
     primary = _primary(cfg)
     media = _detections(tuple(scenes), cfg.image_size)
     records = _records(tuple(scenes), cfg.image_size, cfg.languages)

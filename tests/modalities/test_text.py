@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -334,3 +335,71 @@ def test_spans_of_one_of_several_captions(tiny_tokenizer):
     }
     out = _spans_text(tiny_tokenizer).decode({}, meta, None)  # evaluation: the first caption
     assert {v for v in out["entity_ids"] if v >= 0} == {1}
+
+
+class _WordTok(_Tok):
+    """A tokenizer of whole words (id = 10 + position in WORDS), with [CLS]=2 and [SEP]=3."""
+
+    WORDS = ("a", "scene.", "red", "circle", "is", "left", "of", "square.")
+
+    def encode(self, text):
+        return [10 + self.WORDS.index(w) for w in text.split()]
+
+    def build_inputs(self, ids, _, max_len):
+        return [2, *ids[: max_len - 2], 3], None
+
+
+def test_caption_mixture_draws_a_field_by_weight_among_those_with_a_caption():
+    mixture = {"captions": 2, "pair_captions": 1, "object_captions": 1}
+    text = _text(_WordTok(), caption_languages=["en", "de"], caption_mixture=mixture)
+    meta = {
+        "captions": {"en": "a scene.", "de": "eine Szene."},
+        "object_captions": {"en": ["a red circle"], "de": ["ein roter Kreis"]},
+        "pair_captions": {"en": [], "de": []},  # a lone object: no pair on offer
+    }
+    assert text.caption_field(meta, None) == "captions"  # evaluation reads captions_field
+    n = 3000
+    drawn = Counter(text.caption_field(meta, random.Random(i)) for i in range(n))
+    assert set(drawn) == {"captions", "object_captions"}
+    assert drawn["captions"] / n == pytest.approx(2 / 3, abs=0.03)
+    meta["pair_captions"]["en"] = ["a red circle is left of a square."]
+    drawn = Counter(text.caption_field(meta, random.Random(i)) for i in range(n))
+    assert drawn["pair_captions"] / n == pytest.approx(1 / 4, abs=0.03)
+    # the drawn field's caption is the sample's text
+    objects = {"captions": {"en": "a scene."}, "object_captions": {"en": ["a red circle"]}}
+    seen = set()
+    for i in range(20):
+        ids = text.decode({}, objects, random.Random(i))["input_ids"]
+        seen.add(tuple(ids))
+    assert seen == {(2, 10, 11, 3), (2, 10, 12, 13, 3)}
+    assert text.decode({}, objects, None)["input_ids"] == [2, 10, 11, 3]
+
+
+def test_caption_mixture_with_one_field_on_offer_draws_nothing():
+    text = _text(caption_mixture={"captions": 1, "object_captions": 1})
+    rng = random.Random(0)
+    state = rng.getstate()
+    for meta in (
+        {"captions": {"en": "x"}},  # data without the finer captions: as without a mixture
+        {"captions": {"en": "x"}, "object_captions": {"fr": ["un"]}},  # not in en
+        {"texts": ["a", "b"], "languages": ["en", "de"]},  # not a caption sample
+    ):
+        assert text.caption_field(meta, rng) == "captions" and rng.getstate() == state
+    only = _text(caption_mixture={"object_captions": 1})
+    meta = {"captions": {"en": "x"}, "object_captions": {"en": ["y"]}}
+    assert only.caption_field(meta, rng) == "object_captions" and rng.getstate() == state
+    # a sample with none of the mixture's fields keeps captions_field (and its txt fallback)
+    assert only.caption_field({"captions": {"en": "x"}}, rng) == "captions"
+
+
+def test_caption_mixture_is_checked():
+    with pytest.raises(ValueError, match=r"caption_mixture.captions must be a positive"):
+        _text(caption_mixture={"captions": 0.0})
+    with pytest.raises(ValueError, match=r"caption_mixture.object_captions must be a posit"):
+        _text(caption_mixture={"captions": 1.0, "object_captions": float("nan")})
+    with pytest.raises(ValueError, match="spans"):
+        _text(caption_mixture={"captions": 1.0}, spans={"entity": "entities"})
+    cfg = from_dict(TextData.Config, {"caption_mixture": {"captions": 2, "object_captions": 1}})
+    assert cfg.caption_mixture == {"captions": 2.0, "object_captions": 1.0}
+    with pytest.raises(ConfigError, match="caption_mixture"):
+        from_dict(TextData.Config, {"caption_mixture": ["captions"]})

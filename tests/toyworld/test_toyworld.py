@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import itertools
@@ -95,6 +96,10 @@ def test_samples_are_img2dataset_style(world: tuple[Path, dict], image_text: lis
         assert s["txt"].decode("utf-8") == meta["captions"]["en"]
         assert set(meta["captions"]) == set(LANGS)
         assert 1 <= len(meta["objects"]) <= 4
+        scene = tw.sample_scene(3, meta["split"], int(meta["key"][len(meta["split"]) :]))
+        assert {k: meta[k] for k in ("object_captions", "pair_captions", "list_captions")} == (
+            tw.granular_captions(scene, LANGS)
+        )
 
 
 def _nearest_color(rgb: np.ndarray) -> str:
@@ -235,6 +240,127 @@ def test_golden_captions() -> None:
     }
 
 
+def test_golden_granular_captions() -> None:
+    """Hand-checked: each object as a query is typed, each neighbouring pair both ways (the
+    related object in the case its preposition governs)."""
+    objs = (
+        tw.Obj("circle", "red", "large", 0.15, 0.5, 0.14),
+        tw.Obj("star", "blue", "small", 0.45, 0.3, 0.07),
+        tw.Obj("diamond", "purple", "small", 0.5, 0.7, 0.07),
+        tw.Obj("square", "green", "large", 0.85, 0.75, 0.14),
+    )
+    got = tw.granular_captions(tw.Scene("train000000", "train", 0, 0, objs), LANGS)
+    assert list(got) == ["object_captions", "pair_captions", "list_captions"]
+    # every object listed, once starting from each (the first in scene order)
+    assert {lang: lists[0] for lang, lists in got["list_captions"].items()} == {
+        "en": "a large red circle, a small blue star, a small purple diamond and a large green "
+        "square",
+        "de": "ein großer roter Kreis, ein kleiner blauer Stern, eine kleine violette Raute und "
+        "ein großes grünes Quadrat",
+        "fr": "un grand cercle rouge, une petite étoile bleue, un petit losange violet et un "
+        "grand carré vert",
+        "ru": "большой красный круг, маленькая синяя звезда, маленький фиолетовый ромб и "
+        "большой зелёный квадрат",
+        "es": "un círculo rojo grande, una estrella azul pequeña, un rombo morado pequeño y un "
+        "cuadrado verde grande",
+    }
+    assert got["list_captions"]["ru"][2] == (
+        "маленький фиолетовый ромб, большой зелёный квадрат, большой красный круг и маленькая "
+        "синяя звезда"
+    )
+    assert len(got["list_captions"]["en"]) == 4
+    assert got["object_captions"] == {
+        "en": ["a large red circle", "a small blue star", "a small purple diamond",
+               "a large green square"],
+        "de": ["ein großer roter Kreis", "ein kleiner blauer Stern", "eine kleine violette Raute",
+               "ein großes grünes Quadrat"],
+        "fr": ["un grand cercle rouge", "une petite étoile bleue", "un petit losange violet",
+               "un grand carré vert"],
+        "ru": ["большой красный круг", "маленькая синяя звезда", "маленький фиолетовый ромб",
+               "большой зелёный квадрат"],
+        "es": ["un círculo rojo grande", "una estrella azul pequeña", "un rombo morado pequeño",
+               "un cuadrado verde grande"],
+    }  # fmt: skip
+    pairs = got["pair_captions"]
+    assert pairs["en"] == [
+        "A large red circle is to the left of a small blue star.",
+        "A small blue star is to the right of a large red circle.",
+        "A small blue star is above a small purple diamond.",
+        "A small purple diamond is below a small blue star.",
+        "A small purple diamond is to the left of a large green square.",
+        "A large green square is to the right of a small purple diamond.",
+    ]
+    assert pairs["de"] == [
+        "Ein großer roter Kreis ist links von einem kleinen blauen Stern.",
+        "Ein kleiner blauer Stern ist rechts von einem großen roten Kreis.",
+        "Ein kleiner blauer Stern ist über einer kleinen violetten Raute.",
+        "Eine kleine violette Raute ist unter einem kleinen blauen Stern.",
+        "Eine kleine violette Raute ist links von einem großen grünen Quadrat.",
+        "Ein großes grünes Quadrat ist rechts von einer kleinen violetten Raute.",
+    ]
+    assert pairs["ru"] == [
+        "Большой красный круг находится слева от маленькой синей звезды.",
+        "Маленькая синяя звезда находится справа от большого красного круга.",
+        "Маленькая синяя звезда находится над маленьким фиолетовым ромбом.",
+        "Маленький фиолетовый ромб находится под маленькой синей звездой.",
+        "Маленький фиолетовый ромб находится слева от большого зелёного квадрата.",
+        "Большой зелёный квадрат находится справа от маленького фиолетового ромба.",
+    ]
+    assert pairs["fr"][:4] == [
+        "Un grand cercle rouge est à gauche d'une petite étoile bleue.",
+        "Une petite étoile bleue est à droite d'un grand cercle rouge.",
+        "Une petite étoile bleue est au-dessus d'un petit losange violet.",
+        "Un petit losange violet est en dessous d'une petite étoile bleue.",
+    ]
+    assert pairs["es"][:4] == [
+        "Un círculo rojo grande está a la izquierda de una estrella azul pequeña.",
+        "Una estrella azul pequeña está a la derecha de un círculo rojo grande.",
+        "Una estrella azul pequeña está encima de un rombo morado pequeño.",
+        "Un rombo morado pequeño está debajo de una estrella azul pequeña.",
+    ]
+    lone = tw.Scene("val000001", "val", 1, 0, objs[:1])
+    assert tw.granular_captions(lone, ["ru"]) == {
+        "object_captions": {"ru": ["большой красный круг"]},
+        "pair_captions": {"ru": []},
+        "list_captions": {"ru": ["большой красный круг"]},
+    }
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_granular_captions_name_their_objects(lang: str) -> None:
+    """Every object caption names its object's attributes alone and is typed as a query;
+    the list names every object in order; a pair of two objects says what the scene caption
+    of those two says."""
+    colors, shapes, sizes = (_reverse(lang, t) for t in ("colors", "nouns", "sizes"))
+    for scene in _scenes(300):
+        got = tw.granular_captions(scene, [lang])
+        said = got["object_captions"][lang]
+        assert len(said) == len(scene.objects)
+        for phrase, o in zip(said, scene.objects):
+            tokens = _tokens(phrase)
+            assert [colors[t] for t in tokens if t in colors] == [o.color], phrase
+            assert [shapes[t] for t in tokens if t in shapes] == [o.shape], phrase
+            assert [sizes[t] for t in tokens if t in sizes] == [o.size], phrase
+            assert phrase == phrase.strip() and not phrase[0].isupper() and "." not in phrase
+        lists = got["list_captions"][lang]
+        assert len(lists) == len(scene.objects)
+        for i, listed in enumerate(lists):  # from object i on, round to the ones before it
+            order = [*scene.objects[i:], *scene.objects[:i]]
+            tokens = _tokens(listed)
+            assert [colors[t] for t in tokens if t in colors] == [o.color for o in order]
+            assert [shapes[t] for t in tokens if t in shapes] == [o.shape for o in order]
+            assert listed.startswith(said[i]) and listed.endswith(said[i - 1])
+        pairs = got["pair_captions"][lang]
+        assert len(pairs) == 2 * (len(scene.objects) - 1)
+        for k, (i, _, j) in enumerate(tw.relations(scene)):
+            two = dataclasses.replace(scene, objects=scene.objects[i : j + 1])
+            assert pairs[2 * k] == tw.describe(two, lang)
+            back = _tokens(pairs[2 * k + 1])
+            assert [colors[t] for t in back if t in colors] == [
+                scene.objects[j].color, scene.objects[i].color
+            ]  # fmt: skip
+
+
 def test_caption_scripts_and_single_object_locations() -> None:
     cyrillic, latin = re.compile("[а-яё]", re.I), re.compile("[a-z]", re.I)
     for scene in _scenes(100):
@@ -334,6 +460,10 @@ def test_manifest_matches_files(world: tuple[Path, dict]) -> None:
         assert (root / manifest["vqa"]["questions"][split]).is_file()
         assert (root / manifest["vqa"]["annotations"][split]).is_file()
     assert manifest["detector"]["classes"] == list(tw.SHAPES)
+    assert manifest["caption_fields"] == {
+        "object": "object_captions", "pair": "pair_captions", "list": "list_captions",
+        "scene": "captions",
+    }  # fmt: skip
     for lang in LANGS:
         lines = (root / manifest["text"][lang]).read_text("utf-8").splitlines()
         assert lines == [tw.describe(s, lang) for s in _scenes(40, seed=3)]
@@ -653,7 +783,12 @@ def test_regions_view_extends_image_text(image_text: list[dict], regions: list[d
             "json",
             "regions.npz",
         }
-        assert all(s[m] == plain[m] for m in ("jpg", "txt", "json"))
+        assert all(s[m] == plain[m] for m in ("jpg", "txt"))
+        # the json is image_text's but for the finer captions, which only image_text has
+        finer = set(tw.CAPTION_FIELDS.values()) - {"captions"}
+        plain_meta = json.loads(plain["json"])
+        assert finer <= set(plain_meta) and finer.isdisjoint(json.loads(s["json"]))
+        assert json.loads(s["json"]) == {k: v for k, v in plain_meta.items() if k not in finer}
         objects = json.loads(s["json"])["objects"]
         arrays = load_regions(s["regions.npz"])
         assert list(arrays) == ["features", "boxes", "image_size", "probs", "labels"]
