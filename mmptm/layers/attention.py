@@ -4,9 +4,15 @@ Legend: B batch, Q query length, K key length, D width, H heads, E head width (D
 Masks are booleans with True = real token (the project-wide convention): a key-padding
 mask [B,K], or a per-sample visibility matrix [B,Q,K] (True = query q may see key k; K-BERT's
 visible matrix, ERNIE's entity attention) that SDPA broadcasts over the heads.
+
+Incremental decoding passes a ``KVCache``: a self-attention cache grows by the keys/values of
+each call's new positions, a cross-attention (``static``) one holds the context's keys/values,
+projected once on the first call.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +30,34 @@ def key_padding_mask(mask_BK: torch.Tensor | None) -> torch.Tensor | None:
 
 
 def causal_mask(Q: int, K: int, device: torch.device) -> torch.Tensor:
-    """[Q,K] boolean mask letting query i see keys 0..i (self-attention, Q == K)."""
-    return torch.ones(Q, K, dtype=torch.bool, device=device).tril()
+    """[Q,K] boolean mask letting query i see keys 0..K-Q+i: the Q queries are the last Q
+    positions of the K keys (Q == K without a cache, fewer when earlier keys are cached)."""
+    return torch.ones(Q, K, dtype=torch.bool, device=device).tril(K - Q)
+
+
+@dataclass
+class KVCache:
+    """Keys and values ``[B,H,K,E]`` one Attention computed on earlier calls.
+
+    ``static=False`` (self-attention): each call appends the keys/values of its new positions.
+    ``static=True`` (cross-attention): the first call projects the context, later calls reuse
+    it and need no context. Rows are reordered in place for beam search.
+    """
+
+    static: bool = False
+    k_BHKE: torch.Tensor | None = None
+    v_BHKE: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Keys cached so far."""
+        return 0 if self.k_BHKE is None else self.k_BHKE.shape[2]
+
+    def reorder(self, index_B: torch.Tensor) -> None:
+        """Take rows at ``index_B`` (may repeat rows, e.g. expanding inputs to beams)."""
+        if self.k_BHKE is not None:
+            self.k_BHKE = self.k_BHKE.index_select(0, index_B)
+            self.v_BHKE = self.v_BHKE.index_select(0, index_B)
 
 
 class Attention(nn.Module):
@@ -98,20 +130,67 @@ class Attention(nn.Module):
         x_BQD: torch.Tensor,
         x_BKD: torch.Tensor | None = None,
         mask_BK: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> torch.Tensor:
-        kv_BKD = x_BQD if x_BKD is None else x_BKD
+        """With ``cache``, ``mask_BK`` covers every key: the cached ones and the new ones."""
         if self.causal and x_BKD is not None:
             raise ValueError("causal attention is self-attention: pass no x_BKD")
-        B, Q, D = x_BQD.shape
+        if cache is not None:
+            return self._forward_cached(x_BQD, x_BKD, mask_BK, cache)
+        kv_BKD = x_BQD if x_BKD is None else x_BKD
+        Q = x_BQD.shape[1]
         # Causal without padding: SDPA's own flag, which lets it pick a fused causal kernel.
         flag = self.causal and mask_BK is None
-        o_BHQE = F.scaled_dot_product_attention(
+        return self._attend(
             self._heads(self.q, x_BQD),
             self._heads(self.k, kv_BKD),
             self._heads(self.v, kv_BKD),
-            attn_mask=None if flag else self._mask(mask_BK, Q, kv_BKD.shape[1], x_BQD.device),
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=flag,
+            None if flag else self._mask(mask_BK, Q, kv_BKD.shape[1], x_BQD.device),
+            flag,
         )
-        o_BQD = o_BHQE.transpose(1, 2).reshape(B, Q, D)  # merge heads
+
+    def _attend(self, q_BHQE, k_BHKE, v_BHKE, mask, is_causal: bool) -> torch.Tensor:
+        """SDPA over split heads, heads merged and projected out: [B,Q,D]."""
+        o_BHQE = F.scaled_dot_product_attention(
+            q_BHQE,
+            k_BHKE,
+            v_BHKE,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal,
+        )
+        B, H, Q, E = o_BHQE.shape
+        o_BQD = o_BHQE.transpose(1, 2).reshape(B, Q, H * E)  # merge heads
         return self.out(o_BQD)
+
+    def _forward_cached(
+        self,
+        x_BQD: torch.Tensor,
+        x_BKD: torch.Tensor | None,
+        mask_BK: torch.Tensor | None,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """Attention whose keys/values come from (and, for self-attention, go to) ``cache``."""
+        if mask_BK is not None and mask_BK.dim() != 2:
+            raise ValueError("a cached attention takes a key-padding mask [B,K], not a matrix")
+        if cache.static:
+            if cache.k_BHKE is None:
+                if x_BKD is None:
+                    raise ValueError("an empty cross-attention cache needs the context x_BKD")
+                cache.k_BHKE, cache.v_BHKE = self._heads(self.k, x_BKD), self._heads(self.v, x_BKD)
+        else:
+            if x_BKD is not None:
+                raise ValueError("a self-attention cache takes no x_BKD")
+            k_BHQE, v_BHQE = self._heads(self.k, x_BQD), self._heads(self.v, x_BQD)
+            if cache.k_BHKE is None:
+                cache.k_BHKE, cache.v_BHKE = k_BHQE, v_BHQE
+            else:  # append the new positions after the cached ones
+                cache.k_BHKE = torch.cat([cache.k_BHKE, k_BHQE], dim=2)
+                cache.v_BHKE = torch.cat([cache.v_BHKE, v_BHQE], dim=2)
+        Q, K = x_BQD.shape[1], cache.length
+        # Causal without padding: SDPA's flag when nothing was cached (as the uncached call);
+        # one new query sees every key, so it needs no mask at all.
+        flag = self.causal and mask_BK is None and Q == K
+        needs_mask = mask_BK is not None or (self.causal and Q > 1 and not flag)
+        mask = self._mask(mask_BK, Q, K, x_BQD.device) if needs_mask else None
+        return self._attend(self._heads(self.q, x_BQD), cache.k_BHKE, cache.v_BHKE, mask, flag)

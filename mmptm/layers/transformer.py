@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mmptm.layers.attention import Attention
+from mmptm.layers.attention import Attention, KVCache
 
 
 @dataclass
@@ -111,18 +111,30 @@ class TransformerBlock(nn.Module):
         mask_BN: torch.Tensor | None = None,
         ctx_BMC: torch.Tensor | None = None,
         ctx_mask_BM: torch.Tensor | None = None,
+        self_cache: KVCache | None = None,
+        cross_cache: KVCache | None = None,
     ) -> torch.Tensor:
         """``mask_BN`` is a key-padding mask [B,N] or a visibility matrix [B,N,N] (see
         ``Attention``); ``ctx_BMC`` (with ``ctx_mask_BM``) is what the cross sublayer reads as
-        keys/values."""
-        if self.cross is not None and ctx_BMC is None:
+        keys/values.
+
+        Incremental decoding: ``self_cache`` holds the self-attention's earlier keys/values
+        (``x_BND`` is then the new positions only and ``mask_BN`` covers cached and new keys),
+        ``cross_cache`` (static) the context's, so ``ctx_BMC`` is needed only to fill it.
+        """
+        cross_cached = cross_cache is not None and cross_cache.length > 0
+        if self.cross is not None and ctx_BMC is None and not cross_cached:
             raise ValueError("this block has cross-attention: pass ctx_BMC")
         for sublayer in self.sublayers:
             if sublayer == "self":
-                x_BND = self._residual(x_BND, self.norm1, lambda h: self.attn(h, mask_BK=mask_BN))
+                x_BND = self._residual(
+                    x_BND, self.norm1, lambda h: self.attn(h, mask_BK=mask_BN, cache=self_cache)
+                )
             elif sublayer == "cross":
                 x_BND = self._residual(
-                    x_BND, self.norm_cross, lambda h: self.cross(h, ctx_BMC, ctx_mask_BM)
+                    x_BND,
+                    self.norm_cross,
+                    lambda h: self.cross(h, ctx_BMC, ctx_mask_BM, cache=cross_cache),
                 )
             else:
                 x_BND = self._residual(x_BND, self.norm2, self.mlp)
