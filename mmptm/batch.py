@@ -33,6 +33,13 @@ END = "__end__"
 #: per row, what ``Decoder.record`` kept of the raw sample (a list; e.g. a search index's
 #: captions and thumbnail)
 RECORD = "__record__"
+#: per row, the self-attention pattern of a single-stream fusion (long [B], an index into
+#: ``ATTENTION_MODES``), and the modality that is the target of ``seq2seq`` (a str)
+ATTENTION_MODE = "attention_mode"
+ATTENTION_TARGET = "__attention_target__"
+#: bidirectional: every token sees every token; seq2seq (UniLM, VLP): the source sees itself,
+#: the target sees the source and its own past; causal: each token sees itself and earlier ones
+ATTENTION_MODES = ("bidirectional", "seq2seq", "causal")
 
 
 def is_meta(key: str) -> bool:

@@ -45,9 +45,15 @@ class VocabInfo:
     #: padding reuses a text piece's id (CLIP's BPE pads with 0, the piece "!"), so its
     #: embedding row is no padding row: it keeps learning
     pad_is_text: bool = False
+    #: each language's tag id (``[de]``), in ``languages`` order: what a decoder writing a
+    #: translation starts from; empty when the tokenizer has none
+    lang_tags: tuple[int, ...] = ()
+    #: ids of pieces that end a sentence (".", "!", "?", "。"): mBART's sentence permutation
+    sentence_ends: frozenset[int] = field(default_factory=frozenset)
 
     @classmethod
     def from_tokenizer(cls, tok) -> VocabInfo:
+        tag = getattr(tok, "lang_tag_id", None)
         return cls(
             vocab_size=tok.vocab_size,
             pad_id=tok.pad_id,
@@ -58,7 +64,22 @@ class VocabInfo:
             languages=tuple(tok.languages),
             word_starts=tok.word_start_ids,
             pad_is_text=tok.pad_id not in tok.special_ids,
+            lang_tags=tuple(tag(lang) for lang in tok.languages) if tag else (),
+            sentence_ends=_sentence_ends(tok),
         )
+
+
+def _sentence_ends(tok) -> frozenset[int]:
+    """Ids of the tokenizer's pieces that end a sentence (none without ``id_to_piece``)."""
+    piece = getattr(tok, "id_to_piece", None)
+    if piece is None:
+        return frozenset()
+    specials = tok.special_ids
+    return frozenset(
+        i
+        for i in range(tok.vocab_size)
+        if i not in specials and piece(i).rstrip().endswith((".", "!", "?", "。"))
+    )
 
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:

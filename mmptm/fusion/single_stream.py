@@ -1,7 +1,9 @@
 """Single-stream fusion (VisualBERT / UNITER / ViLT): one Transformer over all modalities.
 
 Modalities are concatenated in the order the recipe lists the encoders, run through one
-stack with a joint key-padding mask, and split back. With the text encoder alone it is a
+stack with a joint key-padding mask, and split back. Each row may carry an attention mode
+(bidirectional, seq2seq as UniLM and VLP, causal: :func:`mode_patterns`), so one model trains
+and generates with the same stack. With the text encoder alone it is a
 BERT/XLM-R encoder. ``unimodal_layers`` puts a Transformer tower per modality in front of
 the joint stack ("dual, then fusion", as ALBEF): ``unimodal[m]`` pools the tower's output,
 so a contrastive objective can align the modalities before they meet.
@@ -15,7 +17,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from mmptm.batch import Batch
+from mmptm.batch import ATTENTION_MODE, ATTENTION_MODES, ATTENTION_TARGET, Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
 from mmptm.fusion.base import Fusion, FusionOutput, pool
 from mmptm.layers import TransformerConfig, TransformerStack
@@ -27,6 +29,7 @@ class SingleStreamFusion(Fusion):
     """One Transformer over the concatenated modalities; ``pooled["joint"]`` is the first token."""
 
     reads_visible_mask: ClassVar[bool] = True
+    reads_attention_modes: ClassVar[bool] = True
 
     @dataclass
     class Config:
@@ -82,18 +85,23 @@ class SingleStreamFusion(Fusion):
         self, tokens: dict[str, ModalityTokens], batch: Batch | None
     ) -> torch.Tensor | None:
         """A [B,N,N] visibility matrix over the concatenated tokens (True = may attend), or
-        None for the key-padding mask alone. The text view's ``visible_mask [B,L,L]`` (K-BERT's
-        sentence trees, packed rows) replaces the key-padding mask within the text; other
-        modalities, if any, see and are seen as usual."""
+        None for the key-padding mask alone.
+
+        The text view's ``visible_mask [B,L,L]`` (K-BERT's sentence trees, packed rows)
+        replaces the key-padding mask within the text; other modalities, if any, see and are
+        seen as usual. Each row's ``attention_mode`` (seq2seq, causal; see
+        ``mmptm.objectives.modes``) then narrows what it sees over the whole concatenation.
+        """
         vis_BLL = batch.get("visible_mask") if batch is not None else None
-        if vis_BLL is None or "text" not in tokens:
+        mode_B = batch.get(ATTENTION_MODE) if batch is not None else None
+        if (vis_BLL is None or "text" not in tokens) and mode_B is None:
             return None
         mask_BN = torch.cat([t.mask for t in tokens.values()], dim=1)
         B, N = mask_BN.shape
         full_BNN = mask_BN[:, None, :].expand(B, N, N).clone()
         start = 0
         for m, t in tokens.items():  # the text block of the joint matrix
-            if m == "text":
+            if m == "text" and vis_BLL is not None:
                 L = t.mask.shape[1]
                 block_BLL = full_BNN[:, start : start + L, start : start + L]
                 # a padding query keeps the plain key mask: a row seeing nothing gives NaN
@@ -104,6 +112,9 @@ class SingleStreamFusion(Fusion):
                 )
                 break
             start += t.mask.shape[1]
+        if mode_B is not None:
+            target = batch.get(ATTENTION_TARGET, "text")
+            full_BNN &= mode_patterns(tokens, target, mask_BN.device)[mode_B.to(mask_BN.device)]
         return full_BNN
 
     def _joint(
@@ -120,3 +131,19 @@ class SingleStreamFusion(Fusion):
         first_BD = x_BND[:, 0]
         pooled["joint"] = self.pooler(first_BD) if self.pooler is not None else first_BD
         return FusionOutput(hidden, mask, pooled)
+
+
+def mode_patterns(
+    tokens: dict[str, ModalityTokens], target: str, device: torch.device
+) -> torch.Tensor:
+    """[modes,N,N]: who may see whom under each of ``ATTENTION_MODES`` over the concatenated
+    tokens, in order: all; the source sees the source and the ``target`` modality's tokens
+    see the source and their own past (seq2seq); each token itself and earlier ones (causal)."""
+    is_target_N = torch.cat(
+        [torch.full((t.mask.shape[1],), m == target, dtype=torch.bool) for m, t in tokens.items()]
+    ).to(device)
+    N = is_target_N.numel()
+    tril_NN = torch.ones(N, N, dtype=torch.bool, device=device).tril()
+    seq2seq_NN = ~is_target_N[None, :] | (is_target_N[:, None] & is_target_N[None, :] & tril_NN)
+    patterns = {"bidirectional": torch.ones_like(tril_NN), "seq2seq": seq2seq_NN, "causal": tril_NN}
+    return torch.stack([patterns[m] for m in ATTENTION_MODES])

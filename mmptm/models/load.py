@@ -44,7 +44,9 @@ def build_model(
     """
     if vocab_size is not None:
         languages = sorted({lang for s in cfg.data.sources.values() for lang in s.languages})
-        vocab = VocabInfo(vocab_size=vocab_size, languages=tuple(languages))
+        # the tags stand in as the last ids (a decoder started from a language's tag)
+        tags = tuple(range(vocab_size - len(languages), vocab_size))
+        vocab = VocabInfo(vocab_size=vocab_size, languages=tuple(languages), lang_tags=tags)
         return PretrainModel(cfg.model, vocab), None
     if not cfg.data.tokenizer:
         text = [n for n, c in cfg.model.encoders.items() if ENCODERS.get(c.type).modality == "text"]

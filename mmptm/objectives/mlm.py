@@ -12,7 +12,7 @@ Legend: B batch, L tokens, D width, M masked positions, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -26,6 +26,7 @@ from mmptm.modalities.base import view_prefix
 from mmptm.modalities.text import SECOND_VIEW
 from mmptm.objectives.base import Objective
 from mmptm.objectives.masking import select_positions
+from mmptm.objectives.modes import AttentionModes, check_fusion, mode_weights
 from mmptm.registry import OBJECTIVES
 
 IGNORE = -100
@@ -99,6 +100,8 @@ class MaskTokens:
     #: a span annotation masked whole with ``span_prob`` ("": none)
     span: str = ""
     span_prob: float = 0.0
+    #: each row's attention mode drawn first (VLP's mix of bidirectional and seq2seq rows)
+    modes: AttentionModes | None = None
 
     def _spans(self, batch: Batch, real_BL: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         """The pieces of the spans drawn (each span with ``span_prob``); their ids removed."""
@@ -116,6 +119,8 @@ class MaskTokens:
         return drawn_BL
 
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        if self.modes is not None:
+            batch = self.modes(batch, g)
         ids = batch[f"{self.prefix}input_ids"]
         real = batch.get(f"{self.prefix}attention_mask", torch.ones_like(ids, dtype=torch.bool))
         injected = batch.get(f"{self.prefix}injected_mask")
@@ -173,6 +178,11 @@ class MaskedLM(Objective):
         #: ``span_mask_prob``, their ids removed (ERNIE 1.0's entity masking); "": none
         mask_spans: str = ""
         span_mask_prob: float = 0.5
+        #: {mode: weight}: each row trains under an attention mode drawn by weight
+        #: (bidirectional | seq2seq | causal), e.g. VLP's {bidirectional: 1, seq2seq: 1}: a
+        #: seq2seq row predicts its masked pieces from the other modalities and its own past,
+        #: which is how it then writes text. {} = the fusion's plain attention
+        attention_modes: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def data_transform(cls, cfg: Config, vocab: VocabInfo) -> MaskTokens:
@@ -209,11 +219,26 @@ class MaskedLM(Objective):
             word_starts=word_starts,
             span=cfg.mask_spans,
             span_prob=cfg.span_mask_prob,
+            modes=AttentionModes(
+                mode_weights(cfg.attention_modes, "mlm.attention_modes"), cfg.modality
+            )
+            if cfg.attention_modes
+            else None,
         )
 
-    def __init__(self, cfg: Config, *, width: int, encoders: nn.ModuleDict, **_: object) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        width: int,
+        encoders: nn.ModuleDict,
+        fusion: nn.Module | None = None,
+        **_: object,
+    ) -> None:
         super().__init__()
         self.cfg = cfg
+        if cfg.attention_modes:
+            check_fusion(fusion, "mlm.attention_modes")
         if cfg.modality not in encoders or not hasattr(encoders[cfg.modality], "word"):
             raise ValueError(f"mlm.modality={cfg.modality!r} is not a text encoder of this model")
         # A list keeps the shared embedding out of this module's state dict (it is tied).
