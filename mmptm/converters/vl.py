@@ -1,10 +1,13 @@
 """Converters from the formats vision-language corpora ship in to webdataset shards.
 
-Readers for COCO captions JSON (+ the image folder), VQA v2 questions/annotations JSON and
-bottom-up-attention region features (the BUTD / LXMERT TSV). Shard members:
+Readers for COCO captions JSON (+ the image folder), Karpathy's caption splits (COCO,
+Flickr8k, Flickr30k), VQA v2 questions/annotations JSON and bottom-up-attention region
+features (the BUTD / LXMERT TSV). Shard members:
 
 - image-text (img2dataset convention): ``jpg``, ``txt`` (the caption), ``json`` =
   ``{"image_id", "caption_id", "file_name", "width", "height", "captions": {"en": ...}}``
+- Karpathy splits: one sample an image, ``txt`` the first caption, ``json.captions =
+  {"en": [every caption]}`` (the references captioning is scored against)
 - VQA: ``jpg`` and/or ``regions.npz``, ``json`` = ``{"question", "question_id", "image_id",
   "answers": [10 raw strings], "answer_type", "question_type", "multiple_choice_answer"}``;
   unannotated (test) questions have ``"answers": []`` and no types
@@ -32,7 +35,8 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +52,12 @@ from mmptm.registry import CONVERTERS
 
 __all__ = [
     "BUTD_FIELDS",
+    "KARPATHY_SPLITS",
     "LXMERT_FIELDS",
     "REGION_ARRAYS",
     "VQA_IMAGE_NAME",
     "convert_coco_captions",
+    "convert_karpathy",
     "convert_vqa",
     "load_regions",
     "read_butd_tsv",
@@ -76,6 +82,10 @@ _CODE = re.compile(r"[A-Za-z0-9_-]+")  # a split goes into file names
 _COCO_ID = re.compile(r"COCO_[A-Za-z]+[0-9]*_0*([0-9]+)")  # LXMERT's img_id for COCO images
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _JPEG_QUALITY = 95  # only for images that were not JPEGs to begin with
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")  # webdataset splits member names at '.' and '/'
+#: Karpathy's split of an image -> the shards it goes to: restval (COCO val2014 images
+#: outside Karpathy's val and test) trains, as in every captioning paper since
+KARPATHY_SPLITS = {"train": "train", "restval": "train", "val": "val", "test": "test"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,8 +581,127 @@ def _vqa_record(
     return record
 
 
+# ---------------------------------------------------------------------------------------------
+# Karpathy splits (COCO, Flickr8k, Flickr30k)
+
+
+def _karpathy_record(i: int, img: Any, stats: SkipStats) -> dict[str, Any] | None:
+    """The ``json`` of ``images[i]`` with every usable caption, or None (counted in
+    ``stats``) for a malformed entry, an unknown split or an image left without captions."""
+    ok = isinstance(img, dict) and isinstance(img.get("filename"), str) and img["filename"]
+    if not ok or not isinstance(img.get("sentences"), list):
+        stats.skip("malformed", f"images[{i}]")
+        return None
+    if img.get("split") not in KARPATHY_SPLITS:
+        stats.skip("unknown_split", f"images[{i}] (split {img.get('split')!r})")
+        return None
+    captions, sentids = [], []
+    for j, s in enumerate(img["sentences"]):
+        if not isinstance(s, dict) or not isinstance(s.get("raw"), str):
+            stats.skip("bad_sentence", f"images[{i}].sentences[{j}]")
+        elif not s["raw"].strip():
+            stats.skip("empty_caption", f"images[{i}].sentences[{j}]", warn=False)
+        else:
+            captions.append(s["raw"].strip())
+            sentids.append(s.get("sentid"))
+    if not captions:
+        stats.skip("no_captions", f"images[{i}] ({img['filename']})")
+        return None
+    stem = Path(img["filename"]).stem
+    # COCO's entries carry the COCO id; Flickr's file stem is the Flickr id
+    image_id = img.get("cocoid", int(stem) if stem.isdigit() else stem)
+    return {
+        "image_id": image_id,
+        "imgid": img.get("imgid"),
+        "file_name": img["filename"],
+        "filepath": img.get("filepath"),
+        "split": img["split"],
+        "sentids": sentids,
+        "captions": {"en": captions},
+    }
+
+
+def _karpathy_name(image_dir: PathLike | None, record: dict[str, Any]) -> str:
+    """The image's path under ``image_dir``: ``filepath/filename`` (COCO's train2014/...),
+    else ``filename`` alone (Flickr, or COCO's two folders merged into one)."""
+    if record["filepath"] and image_dir is not None:
+        nested = f"{record['filepath']}/{record['file_name']}"
+        if (Path(image_dir) / nested).is_file():
+            return nested
+    return record["file_name"]
+
+
+def convert_karpathy(
+    dataset_json: PathLike,
+    image_dir: PathLike | None,
+    out_dir: PathLike,
+    *,
+    splits: Sequence[str] = ("train", "val", "test"),
+    shard_size: int = 1000,
+    regions_tsv: PathLike | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Karpathy's ``dataset_coco.json`` (or ``dataset_flickr8k.json`` / ``_flickr30k.json``,
+    the same format) to ``{split}-%06d.tar`` per split, one sample an image.
+
+    ``images[]`` entries have ``split`` (train, restval, val, test), ``filename`` (and COCO's
+    ``filepath``, the folder: train2014 or val2014), ``sentences[].raw`` and COCO's
+    ``cocoid``. train = train + restval (the 113k images of the captioning papers); val and
+    test have 5000 images each (COCO; Flickr 1000). ``splits``: which of train, val, test
+    to write. Images (``image_dir``: ``filepath/filename`` or ``filename`` under it) or
+    region features (``regions_tsv``, joined by COCO id or Flickr file stem) or both.
+    Samples: key = the COCO id (Flickr: the file stem), ``txt`` = the first caption,
+    ``json`` = ``{"image_id", "imgid", "file_name", "filepath", "split", "sentids",
+    "captions": {"en": [every caption]}}``. Malformed entries, missing images and images
+    without captions are skipped and counted, naming the entry (``images[i]``).
+    """
+    if image_dir is None and regions_tsv is None:
+        raise ValueError("convert_karpathy needs image_dir or regions_tsv (or both)")
+    wanted = sorted(set(splits), key=list(splits).index)
+    for split in wanted:
+        if split not in KARPATHY_SPLITS.values():
+            raise ValueError(f"unknown split {split!r}; choices: train, val, test")
+    _check_common("train", shard_size, image_dir, regions_tsv)
+    data = _load_json(dataset_json, "images")
+    stats = SkipStats(os.fspath(dataset_json), "items")
+    index = None if regions_tsv is None else _RegionIndex(regions_tsv, stats)
+    media = _Media(image_dir, index)
+    written = dict.fromkeys(wanted, 0)
+    seen: set[str] = set()
+    try:
+        with ExitStack() as stack:
+            writers = {
+                s: stack.enter_context(ShardWriter(Path(out_dir) / f"{s}-%06d.tar", shard_size))
+                for s in wanted
+            }
+            bar = progress_bar(data["images"], desc="karpathy", unit="image", enabled=progress)
+            for i, img in enumerate(bar):
+                record = _karpathy_record(i, img, stats)
+                split = None if record is None else KARPATHY_SPLITS[record["split"]]
+                if record is None or split not in writers:
+                    continue  # skipped (and counted), or another split's image: not a skip
+                key = _KEY_UNSAFE.sub("_", str(record["image_id"]))
+                if key in seen:
+                    stats.skip("duplicate_id", f"images[{i}] (image {record['image_id']})")
+                    continue
+                got = media.get(record["image_id"], _karpathy_name(image_dir, record))
+                if isinstance(got, tuple):
+                    stats.skip(got[0], f"images[{i}]: {got[1]}")
+                    continue
+                seen.add(key)
+                caption = record["captions"]["en"][0]
+                writers[split].write({"__key__": key, **got, "txt": caption, "json": record})
+                written[split] += 1
+                stats.written += 1
+    finally:
+        if index is not None:
+            index.close()
+    shards = [p for w in writers.values() for p in w.shards]
+    return stats.result(shards, splits=written)
+
+
 # --------------------------------------------------------------------------------------------
-# mmptm data coco | vqa
+# mmptm data coco | vqa | karpathy
 
 
 def _vl_arguments(p: argparse.ArgumentParser) -> None:
@@ -603,6 +732,30 @@ def _vqa_command(args: argparse.Namespace) -> int:
     questions, annotations = [*args.input, None][:2]
     stats = convert_vqa(
         questions, annotations, args.images, args.out, split=args.split,
+        shard_size=args.shard_size, regions_tsv=args.regions, progress=not args.no_progress,
+    )  # fmt: skip
+    print_stats(stats)
+    return 0
+
+
+def _karpathy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, help="dataset_coco.json / dataset_flickr30k.json")
+    p.add_argument("--out", required=True)
+    p.add_argument("--images", default=None, help="image folder (COCO: holding train2014/...)")
+    p.add_argument("--regions", default=None, help="bottom-up-attention TSV features")
+    p.add_argument("--splits", default="train,val,test", help="which splits to write")
+    # the command's 10000 samples a shard are not the function's default (1000)
+    p.add_argument("--shard-size", type=int, default=10000)
+    p.add_argument("--no-progress", action="store_true")
+
+
+@CONVERTERS.register(
+    "karpathy", "Karpathy split JSON (COCO / Flickr8k / Flickr30k) + --images/--regions",
+    _karpathy_arguments,
+)  # fmt: skip
+def _karpathy_command(args: argparse.Namespace) -> int:
+    stats = convert_karpathy(
+        args.input, args.images, args.out, splits=[s.strip() for s in args.splits.split(",")],
         shard_size=args.shard_size, regions_tsv=args.regions, progress=not args.no_progress,
     )  # fmt: skip
     print_stats(stats)
