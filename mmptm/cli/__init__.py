@@ -15,6 +15,10 @@ mmptm finetune RECIPE init=RUN [key=value ...]
 mmptm eval retrieval RUN_OR_CHECKPOINT [--split test] [key=value ...]
 mmptm eval probe RUN --cloze FILE.jsonl [...] [--candidates FILE] [--group-by facts]
 mmptm eval spans RUN [--shards SPEC | --set NAME=SPEC ...] [--group-by facts] [--out FILE]
+mmptm eval captioning RUN [--split test] [--lang en] [--beam 3]
+mmptm eval translation RUN --src en --tgt de [--split test] [--beam 4]
+mmptm generate RUN --image F | --video F | --audio F | --shards SPEC | --text "..." [--lang de]
+               [--beam 4] [--sample --top-p 0.9]
 mmptm plot RUN [RUN ...] --metric NAME_OR_GLOB [...] --out FILE.png [--smooth 0.6] [--x step]
 mmptm index RUN --shards SPEC --out DIR [--add] [--index-type flat|ivf|hnsw]
 mmptm retrieve INDEX "a red circle" | --image FILE | --key KEY [-k 10] [--lang de] [--json]
@@ -36,7 +40,20 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from mmptm.cli import data, demo, eval, imports, kg, plot, recipes, search, tokenizer, train, units
+from mmptm.cli import (
+    data,
+    demo,
+    eval,
+    generate,
+    imports,
+    kg,
+    plot,
+    recipes,
+    search,
+    tokenizer,
+    train,
+    units,
+)
 from mmptm.version import __version__
 
 
@@ -80,7 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
-    for group in (data, kg, imports, tokenizer, units, recipes, train, eval, plot, search, demo):
+    groups = (
+        data,
+        kg,
+        imports,
+        tokenizer,
+        units,
+        recipes,
+        train,
+        eval,
+        generate,
+        plot,
+        search,
+        demo,
+    )
+    for group in groups:
         group.add_commands(sub)
     return p
 

@@ -1,5 +1,5 @@
 """``mmptm eval TASK``: evaluate a checkpoint (retrieval, reversal, probes and clozes, link
-prediction, XNLI, spans, VQA, cross-lingual retrieval)."""
+prediction, XNLI, spans, VQA, cross-lingual retrieval, captioning, translation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mmptm.cli.flags import device
+from mmptm.cli.flags import decoding_arguments, decoding_config, device
 from mmptm.registry import default_of
 
 _SPLITS = ["train", "val", "test"]
@@ -20,7 +20,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 def _fill(ev: argparse.ArgumentParser) -> None:
     ev_sub = ev.add_subparsers(dest="task", required=True)
-    for add in (_retrieval, _reversal, _probe, _link_prediction, _xnli, _spans, _vqa, _xret):
+    adds = (_retrieval, _reversal, _probe, _link_prediction, _xnli, _spans, _vqa, _xret,
+            _captioning, _translation)  # fmt: skip
+    for add in adds:
         add(ev_sub)
 
 
@@ -344,4 +346,71 @@ def _eval_xret(args: argparse.Namespace) -> int:
     print(f"{Path(args.run).name or args.run}: accuracy, both directions, per language")
     print(format_accuracy(result))
     print(json.dumps(result))
+    return 0
+
+
+def _generation_arguments(p: argparse.ArgumentParser, fn) -> None:
+    _run_arguments(p)
+    p.add_argument("--split", default=default_of(fn, "split"), choices=_SPLITS)
+    p.add_argument("--shards", default=None, help="shard spec instead of the split's")
+    p.add_argument("--limit", type=int, default=None, help="samples at most")
+    p.add_argument("--batch-size", type=int, default=default_of(fn, "batch_size"))
+    p.add_argument("--device", type=device, default="cpu")
+    p.add_argument("--out", default=None, help="also write the result as JSON here")
+    decoding_arguments(p)
+
+
+def _captioning(ev_sub: argparse._SubParsersAction) -> None:
+    from mmptm.eval.text_generation import evaluate_captioning as fn
+
+    c = ev_sub.add_parser("captioning", help="captions written for a split: BLEU-4, chrF, CIDEr-D")
+    _generation_arguments(c, fn)
+    c.add_argument("--lang", default=None, help="caption language (default: the run's first)")
+    c.set_defaults(fn=_eval_captioning)
+
+
+def _eval_captioning(args: argparse.Namespace) -> int:
+    from mmptm.eval.text_generation import evaluate_captioning
+
+    result = evaluate_captioning(
+        args.run, split=args.split, shards=args.shards, lang=args.lang,
+        decoding=decoding_config(args), limit=args.limit, batch_size=args.batch_size,
+        overrides=args.overrides, device=args.device,
+    )  # fmt: skip
+    return _report(result, args.out)
+
+
+def _translation(ev_sub: argparse._SubParsersAction) -> None:
+    from mmptm.eval.text_generation import evaluate_translation as fn
+
+    t = ev_sub.add_parser(
+        "translation", help="translations of a split's parallel pairs: BLEU, chrF, baselines"
+    )
+    _generation_arguments(t, fn)
+    t.add_argument("--src", required=True, help="the language translated from")
+    t.add_argument("--tgt", required=True, help="the language translated into")
+    t.add_argument(
+        "--no-baselines", action="store_true", help="skip the copy and dictionary baselines"
+    )
+    t.set_defaults(fn=_eval_translation)
+
+
+def _eval_translation(args: argparse.Namespace) -> int:
+    from mmptm.eval.text_generation import evaluate_translation
+
+    result = evaluate_translation(
+        args.run, src=args.src, tgt=args.tgt, split=args.split, shards=args.shards,
+        decoding=decoding_config(args), limit=args.limit, batch_size=args.batch_size,
+        baselines=not args.no_baselines, overrides=args.overrides, device=args.device,
+    )  # fmt: skip
+    return _report(result, args.out)
+
+
+def _report(result: dict, out: str | None) -> int:
+    from mmptm.eval.text_generation import format_scores
+
+    print(format_scores(result))
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "examples"}))
     return 0

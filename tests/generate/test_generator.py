@@ -20,10 +20,10 @@ from tests.conftest import tiny_overrides
 #: four English sentences and their German translations: a model that learnt them must
 #: write each translation back exactly
 PAIRS = [
-    ("a red circle", "ein roter Kreis"),
-    ("a blue square", "ein blaues Quadrat"),
-    ("two green stars", "zwei grüne Sterne"),
-    ("the yellow triangle", "das gelbe Dreieck"),
+    ("a red circle is above a square", "ein roter Kreis ist über einem Quadrat"),
+    ("a blue square is left of a star", "ein blaues Quadrat ist links von einem Stern"),
+    ("two green stars are below it", "zwei grüne Sterne sind darunter"),
+    ("the yellow triangle is small", "das gelbe Dreieck ist klein"),
 ]
 
 
@@ -74,17 +74,17 @@ def test_translation_run_writes_what_it_learnt(translation_run: Path):
     gen = Generator.load(str(translation_run))
     sources = text_samples([en for en, _ in PAIRS], "en")
     want = [de for _, de in PAIRS]
-    greedy = gen.generate(sources, DecodeConfig(max_len=12), lang="de")
+    greedy = gen.generate(sources, DecodeConfig(max_len=16), lang="de")
     assert [g.text for g in greedy] == want
-    beam = gen.generate(sources, DecodeConfig(max_len=12, beam=3), lang="de")
+    beam = gen.generate(sources, DecodeConfig(max_len=16, beam=3), lang="de")
     assert [g.text for g in beam] == want
     # the cached and uncached decoders agree token for token, greedy and beam
-    for cfg in (DecodeConfig(max_len=12), DecodeConfig(max_len=12, beam=3)):
+    for cfg in (DecodeConfig(max_len=16), DecodeConfig(max_len=16, beam=3)):
         cached = gen.generate(sources, cfg, lang="de")
         uncached = gen.generate(sources, cfg, lang="de", use_cache=False)
         assert [g.ids for g in cached] == [g.ids for g in uncached]
     # one row alone decodes as it does in the batch
-    alone = gen.generate(sources[2:3], DecodeConfig(max_len=12, beam=3), lang="de")
+    alone = gen.generate(sources[2:3], DecodeConfig(max_len=16, beam=3), lang="de")
     assert alone[0].ids == beam[2].ids
 
 
@@ -110,3 +110,32 @@ def test_generative_recipes_train_and_write(recipe: str, tiny_world: Path, tmp_p
         assert len(out) == 3
     assert all(isinstance(g.text, str) and len(g.ids) <= 5 for g in out)
     assert all(torch.isfinite(torch.tensor(g.score)) for g in out)
+
+
+def test_cli_generate_and_eval_translation(translation_run: Path, capsys):
+    from mmptm.cli import main
+
+    assert main(["generate", str(translation_run), "--text", PAIRS[2][0], "--lang", "de",
+                 "--beam", "2"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.strip() == f"text\t{PAIRS[2][1]}"
+    shards = f"{translation_run}/pairs-*.tar"
+    assert main(["eval", "translation", str(translation_run), "--src", "en", "--tgt", "de",
+                 "--shards", shards, "--limit", "8"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["bleu"] == pytest.approx(100.0) and result["n"] == 8
+    # the baselines learn from the same pairs: copying English scores near nothing
+    assert result["baselines"]["copy"]["bleu"] < 10
+    assert result["baselines"]["dictionary"]["chrf"] > result["baselines"]["copy"]["chrf"]
+
+
+def test_cli_generate_one_line_errors(translation_run: Path, tiny_clip_run: Path, capsys):
+    from tests.conftest import cli_error
+
+    err = cli_error(capsys, ["generate", str(tiny_clip_run), "--text", "a red circle"])
+    assert "cannot write text" in err and "contrastive" in err
+    err = cli_error(capsys, ["generate", str(translation_run), "--image", "nowhere.jpg"])
+    assert "no such file: nowhere.jpg" in err
+    err = cli_error(capsys, ["generate", str(translation_run)])
+    assert "give --text" in err
+    err = cli_error(capsys, ["generate", str(translation_run), "--text", "x", "--beam", "0"])
+    assert "beam must be at least 1" in err
