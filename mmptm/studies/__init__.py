@@ -13,6 +13,8 @@ Studies sit beside the command line and call library functions only; one module 
 - ``video``: video–text pre-training, retrieval per language, the reversal test, video QA.
 - ``audio``: CLAP, sound↔image, wav2vec 2.0 / HuBERT probes, SpeechBERT.
 - ``knowledge``: knowledge-graph recipes with and without the graph.
+- ``captioning``: captioning and translation fine-tuned from generative pre-training vs. from
+  scratch, against baselines that learn nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mmptm.studies.audio import AUDIO_DEMO, AUDIO_RECIPES, audio_study
+from mmptm.studies.captioning import FINETUNES, captioning_study
 from mmptm.studies.clip import CLIP_DEMO_LANGS, DEMO_QUERIES, clip_study
 from mmptm.studies.common import LANGS, recipe_views, relocated
 from mmptm.studies.knowledge import KNOWLEDGE_DEMO, KNOWLEDGE_RECIPES, knowledge_study
@@ -36,6 +39,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "video": video_study,
     "audio": audio_study,
     "knowledge": knowledge_study,
+    "captioning": captioning_study,
 }
 #: what each study's ``recipes`` may name (vqa: also any other vision-language recipe)
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -43,6 +47,7 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "video": VIDEO_RECIPES,
     "audio": AUDIO_RECIPES,
     "knowledge": tuple(KNOWLEDGE_RECIPES),
+    "captioning": tuple(FINETUNES),
 }
 
 __all__ = [
@@ -59,6 +64,7 @@ __all__ = [
     "VL_RECIPES",
     "VL_RUNS",
     "audio_study",
+    "captioning_study",
     "clip_study",
     "format_budgets",
     "knowledge_study",
