@@ -184,6 +184,9 @@ def _serve_arguments(sv: argparse.ArgumentParser) -> None:
     sv.add_argument("--device", type=device, default=default_of(fn, "device"),
                     help="where the model encodes queries")  # fmt: skip
     sv.add_argument("--run", default=None, help="model run instead of the one in index.json")
+    sv.add_argument("--captioner", default=None, metavar="RUN",
+                    help="a run that writes captions for the page's Describe (default: the "
+                    "index's run, if it writes)")  # fmt: skip
     sv.add_argument("--verify", action="store_true", help=VERIFY)
     sv.set_defaults(fn=_serve)
 
@@ -196,6 +199,7 @@ def _serve(args: argparse.Namespace) -> int:
               f"its schema at {url}openapi.json); Ctrl+C stops", flush=True)  # fmt: skip
 
     serve(args.index, host=args.host, port=args.port, device=args.device, run=args.run,
+          captioner=args.captioner,
           log_level="debug" if args.verbose else "info", on_ready=ready,
           verify=args.verify, allow_hosts=args.allow_host,
           max_image_pixels=args.max_image_pixels, decode_workers=args.decode_workers,

@@ -16,7 +16,8 @@ An uploaded image is decoded apart from the searches, by a thread at a lower CPU
 short queue are busy, an upload gets 503 with ``Retry-After``, and text searches keep their
 pace. A request whose ``Host`` is not this server's (DNS rebinding: a
 page elsewhere whose name now points here) gets 400; no answer names a path on the server.
-HEAD is answered wherever GET is.
+HEAD is answered wherever GET is. With a run that writes, ``POST /api/describe`` captions
+an uploaded image (:mod:`mmptm.search.describe`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
+from mmptm.generate.generator import Generator
+from mmptm.search.describe import add_describe_route, describer_for
 from mmptm.search.images import MAX_IMAGE_PIXELS, NotAnImage, TooLarge, image_size, shrink
 
 if TYPE_CHECKING:
@@ -108,6 +111,8 @@ class HealthOut(BaseModel):
     max_k: int
     max_upload_mb: int
     max_image_pixels: int
+    #: ``POST /api/describe`` writes captions (the server has a run that writes)
+    can_describe: bool = False
 
 
 ERRORS = {
@@ -150,6 +155,7 @@ def create_app(
     decode_workers: int = DECODE_WORKERS,
     decode_queue: int = DECODE_QUEUE,
     allowed_hosts: Collection[str] = LOCAL_HOSTS,
+    describer: Generator | None = None,
 ) -> FastAPI:
     """The API and page over ``index``. Searches run in the thread pool (the event loop stays
     free for other requests) one at a time: the lock keeps the model's forward passes from
@@ -157,7 +163,8 @@ def create_app(
     them from memory and with ``pread``, which threads may share. Uploaded images are
     decoded first by ``decode_workers`` threads, with ``decode_queue`` more waiting.
     ``allowed_hosts``: the names and addresses a request's Host may give (``*``: any; a
-    wildcard address such as 0.0.0.0: any IP address)."""
+    wildcard address such as 0.0.0.0: any IP address). ``describer``: the run that answers
+    ``POST /api/describe`` (:mod:`mmptm.search.describe`), or None."""
     if max_image_pixels < 1 or decode_workers < 1 or decode_queue < 0:
         raise ValueError("need max_image_pixels >= 1, decode_workers >= 1, decode_queue >= 0")
     pool = DecodePool(decode_workers, decode_queue)
@@ -178,7 +185,15 @@ def create_app(
     app.state.decode_pool = pool
     lock = threading.Lock()
     _add_search_routes(app, index, lock, pool, max_k, max_upload_mb, max_image_pixels)
-    _add_item_routes(app, index, max_k, max_upload_mb, max_image_pixels)
+    _add_item_routes(app, index, max_k, max_upload_mb, max_image_pixels, describer is not None)
+
+    async def upload(request: Request) -> tuple[str, bytes]:
+        name, data = await _read_upload(request, max_upload_mb * 1024 * 1024, max_upload_mb)
+        _check_image(name, data, max_image_pixels)
+        size = getattr(index, "image_size", None) or 0
+        return name, await pool.run(name, shrink, data, size, max_image_pixels)
+
+    add_describe_route(app, index, describer, lock, upload)
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -299,7 +314,12 @@ def _add_search_routes(
 
 
 def _add_item_routes(
-    app: FastAPI, index: SearchIndex, max_k: int, max_upload_mb: int, max_image_pixels: int
+    app: FastAPI,
+    index: SearchIndex,
+    max_k: int,
+    max_upload_mb: int,
+    max_image_pixels: int,
+    can_describe: bool,
 ) -> None:
     """What the page shows beside the hits: thumbnails, an item's record, the health."""
 
@@ -331,6 +351,7 @@ def _add_item_routes(
         return HealthOut(
             status="ok", index=public_info(jsonable_encoder(index.info)), max_k=max_k,
             max_upload_mb=max_upload_mb, max_image_pixels=max_image_pixels,
+            can_describe=can_describe,
         )  # fmt: skip
 
 
@@ -581,6 +602,7 @@ def serve(
     port: int = 8000,
     device: str = "cpu",
     run: str | None = None,
+    captioner: str | None = None,
     log_level: str = "info",
     on_ready: Callable[[str], None] = print,
     verify: bool = False,
@@ -591,13 +613,17 @@ def serve(
     page's URL (the CLI prints it). The port is bound first so that a busy one fails before
     the model loads. ``verify``: check every index file's SHA-256 first. Requests may name
     this machine as ``localhost``, its loopback or bind address, or one of ``allow_hosts``.
-    ``limits``: create_app's (max_image_pixels, decode_workers, decode_queue ...)."""
+    ``limits``: create_app's (max_image_pixels, decode_workers, decode_queue ...).
+    ``captioner``: a run that writes captions for ``POST /api/describe`` (default: the
+    index's own run, if it writes)."""
     from mmptm.search.index import SearchIndex
 
     sock = bind(host, port)
     try:
         index = SearchIndex.open(index_path, device=device, run=run, verify=verify)
-        app = create_app(index, allowed_hosts=[*LOCAL_HOSTS, host, *allow_hosts], **limits)
+        describer = describer_for(index, captioner, device)
+        app = create_app(index, allowed_hosts=[*LOCAL_HOSTS, host, *allow_hosts],
+                         describer=describer, **limits)  # fmt: skip
     except BaseException:
         sock.close()
         raise

@@ -98,6 +98,7 @@ class DualEncoder:
             )
         self.model = model.to(device)
         self.cfg = cfg
+        self.tokenizer = tokenizer
         self.head: Contrastive = contrastive
         self.itm = itm
         self.device = torch.device(device)

@@ -8,9 +8,9 @@ const els = {
   form: $("search-form"), q: $("q"), lang: $("lang"), side: $("side"), file: $("file"),
   status: $("status"), error: $("error"), results: $("results"), empty: $("empty"),
   chip: $("query-chip"), chipImage: $("query-image"), chipText: $("query-text"),
-  clear: $("clear"), info: $("info"), drop: $("drop"),
+  clear: $("clear"), info: $("info"), drop: $("drop"), caption: $("caption"),
 };
-const state = { k: 24, maxUploadMb: 20, seq: 0, preview: null };
+const state = { k: 24, maxUploadMb: 20, seq: 0, preview: null, canDescribe: false };
 // uploaded files by history entry, so that back and forward can search by them again
 const uploads = new Map();
 
@@ -32,6 +32,7 @@ function detailOf(body, response) {
 }
 
 function showQuery(text, imageUrl) {
+  els.caption.hidden = true;
   els.chip.hidden = false;
   els.chipText.textContent = text;
   els.chipImage.hidden = !imageUrl;
@@ -164,7 +165,27 @@ function searchImage(file, fromHistory = false) {
   }
   const form = new FormData();
   form.append("file", file);
+  if (state.canDescribe) describeImage(file, state.seq + 1);
   return request(`api/search/image?${params({})}`, { method: "POST", body: form });
+}
+
+// "Describe this image": the server's run writes a caption for the upload (api/describe)
+async function describeImage(file, seq) {
+  els.caption.hidden = false;
+  els.caption.textContent = "Describing…";
+  const form = new FormData();
+  form.append("file", file);
+  const p = new URLSearchParams();
+  if (els.lang.value) p.set("lang", els.lang.value);
+  try {
+    const response = await fetch(`api/describe?${p}`, { method: "POST", body: form });
+    const body = await response.json().catch(() => null);
+    if (seq !== state.seq) return;  // another search started meanwhile
+    els.caption.textContent = response.ok ? `Described as “${body.text}”`
+      : `Could not describe it: ${detailOf(body, response)}`;
+  } catch (err) {
+    if (seq === state.seq) els.caption.textContent = `Could not describe it (${err.message}).`;
+  }
 }
 
 // ------------------------------------------------------------------------------ URL state
@@ -202,6 +223,7 @@ function reset() {
   state.seq++;
   els.q.value = "";
   els.chip.hidden = true;
+  els.caption.hidden = true;
   els.results.replaceChildren();
   els.results.classList.remove("loading");
   els.empty.hidden = false;
@@ -235,6 +257,7 @@ async function init() {
     const health = await response.json();
     const info = health.index || {};
     state.maxUploadMb = health.max_upload_mb || state.maxUploadMb;
+    state.canDescribe = Boolean(health.can_describe);
     state.k = Math.min(state.k, health.max_k || state.k);
     // no language: the model's own for captions shown, every language on a text side
     const langs = info.languages || [];
