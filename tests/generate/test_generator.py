@@ -139,3 +139,26 @@ def test_cli_generate_one_line_errors(translation_run: Path, tiny_clip_run: Path
     assert "give --text" in err
     err = cli_error(capsys, ["generate", str(translation_run), "--text", "x", "--beam", "0"])
     assert "beam must be at least 1" in err
+
+
+def test_video_captioning_from_a_video_text_run(tiny_world: Path, tmp_path: Path, capsys):
+    """video_clip_tiny, then the video_captioning recipe on its run: `mmptm generate --video`
+    describes an mp4 file and `mmptm eval captioning` scores the test clips."""
+    from mmptm.cli import main
+
+    pre = tmp_path / "pre"
+    pretrain(load_run_config("video_clip_tiny", tiny_overrides(tiny_world, pre, "video_clip_tiny")))
+    ft = tmp_path / "ft"
+    over = [*tiny_overrides(tiny_world, ft, "video_captioning"), f"init={pre}"]
+    over = [o for o in over if not o.startswith(("model.fusion", "model.width", "model.encoders"))]
+    pretrain(load_run_config("video_captioning", over))
+    shards = expand_shards(f"{tiny_world}/video/test-*.tar")
+    sample = next(iter(tar_samples(shards, SkipCounter())))
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(sample["mp4"])
+    assert main(["generate", str(ft), "--video", str(clip), "--max-len", "6", "--json"]) == 0
+    written = json.loads(capsys.readouterr().out.strip())
+    assert written["key"] == "clip" and isinstance(written["text"], str)
+    assert main(["eval", "captioning", str(ft), "--limit", "4", "--max-len", "6"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["n"] == 4 and result["lang"] == "en"
