@@ -65,7 +65,8 @@ class DataConfig:
     """The data part of a recipe."""
 
     #: shard spec: a glob, a brace pattern (``train-{000000..000009}.tar``), a directory
-    #: of ``.tar`` files, or several of those separated by commas
+    #: of ``.tar`` files, or several of those separated by commas; ``http(s)://`` and
+    #: ``s3://`` URLs and ``pipe:`` commands too (docs/data/at-scale.md)
     train: str = ""
     val: str = ""
     test: str = ""
@@ -78,8 +79,21 @@ class DataConfig:
     pack: int = bounded(0, ge=0)
     #: samples; 0 or 1 = no shuffle
     shuffle_buffer: int = bounded(1000, ge=0)
-    #: sample shards with replacement forever instead of per-epoch permutations
+    #: sample shards with replacement (epochs of ``epoch_samples``) instead of per-epoch
+    #: permutations
     resampled: bool = False
+    #: with ``resampled``: samples per epoch, all ranks together (0 = the data's size, from
+    #: the shards' manifest or their headers)
+    epoch_samples: int = bounded(0, ge=0)
+    #: remote shards (``http(s)://``, ``pipe:``, ``s3://``...): tries again after a read
+    #: that failed or stalled, then skips the shard and counts its samples as bad
+    retries: int = bounded(3, ge=0)
+    #: seconds without a byte before a remote read counts as stalled
+    timeout_s: float = bounded(60.0, gt=0)
+    #: a local folder that keeps the remote shards read ("" = none)
+    cache_dir: str = ""
+    #: the cache's bound in GB: the least recently read shards go first
+    cache_gb: float = bounded(100.0, gt=0)
     #: instead of ``train``: a mixture of sources, each batch drawn from one of them
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     #: named evaluation sets (e.g. one per language): name → shard spec

@@ -8,7 +8,9 @@
 Every stage is a plain generator function that can be tested alone. Reproducibility: all
 randomness is drawn from generators seeded by (seed, epoch, rank, worker[, batch]), and the
 loader releases batches in a fixed worker order, so a run resumed at a saved
-``DataState`` sees exactly the batches an uninterrupted run would have seen. What is decoded
+``DataState`` sees exactly the batches an uninterrupted run would have seen. With resampled
+shards an epoch is a number of samples (``data.epoch_samples``), so a resumed run replays
+at most one epoch's draws to get back to its position. What is decoded
 follows what the model declares it needs (``PretrainModel.data_needs``).
 """
 
@@ -26,12 +28,14 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from mmptm.batch import END, SKIPPED, SOURCE, WORKER, BatchTransform
 from mmptm.data.decode import Collate, Decoder
+from mmptm.data.manifest import manifest_counts
+from mmptm.data.remote import RemoteOptions, is_remote
 from mmptm.data.shards import (
     SkipCounter,
     check_shard,
     count_samples,
     expand_shards,
-    tar_samples,
+    read_shard,
 )
 from mmptm.modalities.base import DataContext, Modality, Need, Sample, build_modalities
 from mmptm.recipe import DataConfig, SourceConfig, packed_sources
@@ -59,6 +63,30 @@ def resampled_shards(urls: Sequence[str], rng: random.Random) -> Iterator[str]:
         yield rng.choice(urls)
 
 
+#: shards drawn in a row without a sample before a resampled stream gives up
+MAX_EMPTY_DRAWS = 20
+
+
+def resampled_samples(
+    urls: Sequence[str], rng: random.Random, read: Callable[[str], Iterable[Sample]]
+) -> Iterator[Sample]:
+    """The samples of shards drawn with replacement (``read(url)`` gives a shard's), forever;
+    a DataError once ``MAX_EMPTY_DRAWS`` draws in a row gave none (every shard unreadable, the
+    network down), where drawing on would spin without end."""
+    empty = 0
+    for url in resampled_shards(urls, rng):
+        n = 0
+        for sample in read(url):
+            n += 1
+            yield sample
+        empty = 0 if n else empty + 1
+        if empty >= MAX_EMPTY_DRAWS:
+            raise DataError(
+                f"{empty} shards drawn in a row gave no sample (the last: {url}); see the "
+                "warnings above"
+            )
+
+
 def split_round_robin(items: Iterable[Any], index: int, count: int) -> Iterator[Any]:
     """Keep every ``count``-th item starting at ``index`` (split by node, by worker, ...)."""
     for i, item in enumerate(items):
@@ -74,6 +102,8 @@ def reader_samples(
     n_workers: int,
     handler: SkipCounter,
     block: int = 1,
+    remote: RemoteOptions | None = None,
+    counts: Mapping[str, int] | None = None,
 ) -> Iterator[Sample]:
     """One reader's (rank, loader worker) share of an epoch's shards: together the readers
     get every sample once, and the ranks equal shares.
@@ -85,8 +115,10 @@ def reader_samples(
     shards than workers, each worker reads them all and keeps every n_workers-th ``block``
     of samples (a batch: a worker's batches are then all full, while a share of single
     samples could leave each worker short of one). A shard read by several readers has its
-    read errors counted by one of them.
+    read errors counted by one of them. Remote shards are read as ``remote`` says; ``counts``
+    (their manifest's) tells how many samples one that fails loses.
     """
+    counts = counts or {}
     whole = len(order) // world * world
     # (url, j): a shard of its own (j = -1) or the j-th shared one
     units = [(url, -1) for url in order[rank:whole:world]]
@@ -96,7 +128,8 @@ def reader_samples(
         reports = reports and (j < 0 or j % world == rank)
         if reports:
             count_silent_damage(url, handler)
-        samples = tar_samples([url], handler if reports else SkipCounter(report=False))
+        who = handler if reports else SkipCounter(report=False)
+        samples = read_shard(url, who, remote, counts.get(url))
         if j < 0:
             return samples
         # offset by j, so that the ranks take turns at a shard's odd sample
@@ -116,6 +149,8 @@ def count_silent_damage(url: str, handler: SkipCounter) -> None:
     """Count what a streaming reader of ``url`` would lose without an error (garbage inside
     the shard, a cut at a header: at least one sample) before it reads the shard, so no
     sample goes missing uncounted. A shard that is not a local file is not scanned."""
+    if is_remote(url):
+        return
     try:
         check = check_shard(url)
     except OSError:  # not a local file, or unreadable: the reader reports it
@@ -191,6 +226,8 @@ class SubSource:
     prob: float = 1.0
     #: the modalities its samples carry (empty: all the stream's)
     modalities: tuple[str, ...] = ()
+    #: remote shards' sample counts (their manifest's): what one that fails loses
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -214,6 +251,10 @@ class StreamConfig:
     shuffle_buffer: int = 1000
     resampled: bool = False
     drop_last: bool = True
+    #: with ``resampled``: the loader's epoch in samples, all ranks together (0 = endless)
+    epoch_samples: int = 0
+    #: how remote shards are read (retries, timeout, cache)
+    remote: RemoteOptions = field(default_factory=RemoteOptions)
 
     @property
     def modalities(self) -> Sequence[Modality]:
@@ -269,12 +310,18 @@ class ShardStream(IterableDataset):
         seed = f"{c.seed}/{src.name}" if len(c.sources) > 1 else c.seed
         if c.resampled:
             rng = random.Random(f"{seed}/{epoch}/{part}")
-            samples = tar_samples(resampled_shards(src.urls, rng), handler)
+
+            def read(url: str) -> Iterator[Sample]:
+                count_silent_damage(url, handler)
+                return read_shard(url, handler, c.remote, src.counts.get(url))
+
+            samples = resampled_samples(src.urls, rng, read)
         else:
             order = shard_order(src.urls, seed, epoch, c.shuffle)
             samples = reader_samples(
-                order, c.rank, c.world, worker, n_workers, handler, block=c.batch_size
-            )
+                order, c.rank, c.world, worker, n_workers, handler, block=c.batch_size,
+                remote=c.remote, counts=src.counts,
+            )  # fmt: skip
         rng = random.Random(f"{seed}/{epoch}/{part}/shuffle")
         return shuffle_buffer(samples, c.shuffle_buffer if c.shuffle else 1, rng)
 
@@ -292,7 +339,8 @@ class ShardStream(IterableDataset):
             return
 
         def endless(src: SubSource) -> Iterator[Sample]:
-            for epoch in itertools.count():
+            # resampled sources draw anew in each of the loader's epochs (counted in samples)
+            for epoch in itertools.count(self.epoch if c.resampled else 0):
                 samples = self._samples(src, epoch, worker, n_workers, handler)
                 n = 0
                 for sample in decode_samples(samples, c.decoder_of(src, epoch), handler):
@@ -350,6 +398,10 @@ class DataState:
     next_worker: int = 0
     #: bad samples skipped so far in earlier epochs (this epoch's are added live)
     skipped_before: int = 0
+    #: with resampled shards: this epoch's length in samples, all ranks together; with the
+    #: seed, the epoch and ``consumed`` it fixes every worker's draws (0 = endless; None =
+    #: not resampled, or set from the stream when the loader starts)
+    epoch_samples: int | None = None
 
 
 #: a rank's answer to "a next batch in this epoch?" (see ``Loader``'s ``agree``)
@@ -381,6 +433,10 @@ class Loader:
         self.num_workers = num_workers
         self.n = max(num_workers, 1)
         self.state = state or DataState()
+        if cfg.resampled and self.state.epoch_samples is None:
+            # a checkpoint without it holds an older version's endless resampled stream: it
+            # goes on endless, so that the resumed run reads what it would have read
+            self.state.epoch_samples = 0 if any(self.state.consumed) else cfg.epoch_samples
         self.skipped_now = [0] * self.n
         self.agree = agree
         #: start the next epoch's workers while this one runs (see ``__iter__``)
@@ -390,6 +446,15 @@ class Loader:
     def skipped(self) -> int:
         """Bad samples this rank skipped so far (all epochs)."""
         return self.state.skipped_before + sum(self.skipped_now)
+
+    def _quota(self) -> int | None:
+        """Batches each worker gives in this epoch of resampled shards (None: as many as
+        its share of the shards holds): the epoch's samples split over ranks and workers,
+        rounded down to whole batches, at least one."""
+        samples = self.state.epoch_samples
+        if not self.cfg.resampled or not samples:
+            return None
+        return max(1, samples // (self.cfg.world * self.n * self.cfg.batch_size))
 
     def _open_epoch(self, epoch: int, skip: list[int]) -> Iterator[dict[str, Any]]:
         """The worker batches of ``epoch``; the workers start now and fill their prefetch."""
@@ -426,10 +491,13 @@ class Loader:
             self._check_state()
             it = self._open_epoch(self.state.epoch, self.state.consumed)
         st = self.state
+        quota = self._quota()
         pending: dict[int, dict[str, Any]] = {}
         done: set[int] = set()
         while len(done) < self.n:
             w = st.next_worker
+            if quota is not None and st.consumed[w] >= quota:
+                done.add(w)  # an endless resampled stream: the epoch ends at its quota
             if w in done:
                 st.next_worker = (w + 1) % self.n
                 continue
@@ -448,8 +516,10 @@ class Loader:
             yield item
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        # only one pass over one source ends: mixtures and resampled shards are endless
+        # one pass over one source ends, and an epoch of resampled shards at its samples;
+        # mixtures are endless
         ends = len(self.cfg.sources) == 1 and not self.cfg.resampled
+        ends = ends or bool(self.cfg.resampled and self.state.epoch_samples)
         upcoming: Iterator[dict[str, Any]] | None = None
         while True:
             self._check_state()
@@ -483,7 +553,11 @@ class Loader:
             empty = [r for r, s in enumerate(statuses) if s == EMPTY]
             if empty:
                 raise self._no_batch(empty)
-            self.state = DataState(epoch=self.state.epoch + 1, skipped_before=self.skipped)
+            self.state = DataState(
+                epoch=self.state.epoch + 1,
+                skipped_before=self.skipped,
+                epoch_samples=self.cfg.epoch_samples if self.cfg.resampled else None,
+            )
             self.skipped_now = [0] * self.n
 
     def _no_batch(self, ranks: list[int]) -> DataError:
@@ -520,7 +594,9 @@ def single_pass(cfg: StreamConfig, num_workers: int = 0) -> Iterator[dict[str, A
     return loader._epoch_batches()
 
 
-def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
+def mixture(
+    sources: dict[str, SourceConfig], remote: RemoteOptions | None = None
+) -> list[SubSource]:
     """Sub-sources with batch probabilities: source weights × per-language α-sampling."""
     if not sources:
         raise ValueError("data.sources is empty")
@@ -537,7 +613,7 @@ def mixture(sources: dict[str, SourceConfig]) -> list[SubSource]:
         if "{lang}" not in src.shards:
             raise ValueError(f"data.sources.{name}.shards needs a {{lang}} placeholder")
         urls = {lang: expand_shards(src.shards.replace("{lang}", lang)) for lang in src.languages}
-        n = {lang: count_samples(u) for lang, u in urls.items()}
+        n = {lang: count_samples(u, remote) for lang, u in urls.items()}
         q = {lang: (n[lang] / sum(n.values())) ** src.alpha for lang in urls}
         z = sum(q.values())
         subs += [
@@ -565,6 +641,9 @@ def stream_config(
     (the objectives' data sides) run after the plug-ins' own batch stages, by priority.
     """
     spec = shards if shards is not None else getattr(cfg, split)
+    remote = RemoteOptions(
+        cfg.retries, cfg.timeout_s, cache_dir=cfg.cache_dir, cache_gb=cfg.cache_gb
+    )
     if split == "train" and shards is None and cfg.sources:
         if cfg.train:
             names = ", ".join(cfg.sources)
@@ -573,11 +652,13 @@ def stream_config(
                 "your shards (data.sources.<name>.shards=...) or train on data.train alone "
                 "(data.sources=__delete__)"
             )
-        sources = mixture(cfg.sources)
+        sources = mixture(cfg.sources, remote)
     elif not spec:
         raise ValueError(f"data.{split} is empty: give the shards of the {split} split")
     else:
         sources = [SubSource(split, expand_shards(spec))]
+    resampled = cfg.resampled and split == "train"
+    epoch_samples = _count_sources(cfg, sources, spec, remote, resampled)
     if cfg.batch_size < 1:
         raise ValueError(f"data.batch_size must be >= 1, got {cfg.batch_size}")
     if not needs:
@@ -608,6 +689,29 @@ def stream_config(
         world=world,
         shuffle=split == "train",
         shuffle_buffer=cfg.shuffle_buffer,
-        resampled=cfg.resampled and split == "train",
+        resampled=resampled,
         drop_last=split == "train",
+        epoch_samples=epoch_samples,
+        remote=remote,
     )
+
+
+def _count_sources(
+    cfg: DataConfig, sources: list[SubSource], spec: str, remote: RemoteOptions, resampled: bool
+) -> int:
+    """Give each source its remote shards' counts (a remote shard without a manifest is an
+    error naming the spec to write one for); return a resampled epoch's samples (else 0)."""
+    for src in sources:
+        base, _, lang = src.name.partition("/")
+        named = cfg.sources[base].shards.replace("{lang}", lang) if base in cfg.sources else ""
+        src.counts = remote_counts(src.urls, remote, spec or named)
+    if not resampled:
+        return 0
+    return cfg.epoch_samples or sum(count_samples(s.urls, remote) for s in sources)
+
+
+def remote_counts(urls: Sequence[str], remote: RemoteOptions, spec: str) -> dict[str, int]:
+    """The sample counts of a source's remote shards, from their manifest: what one that
+    fails loses. A remote shard without one is an error saying how to write it."""
+    far = [u for u in urls if is_remote(u)]
+    return dict(zip(far, manifest_counts(far, remote, spec), strict=True)) if far else {}

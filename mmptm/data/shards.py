@@ -1,13 +1,16 @@
 """Webdataset tar shards: shard specs, reading samples (skip-and-count), and writing them.
 
-Reading: :func:`expand_shards` resolves a spec (glob, brace pattern, directory, comma list),
-:func:`tar_samples` groups tar members into samples with webdataset's readers, and a
-:class:`SkipCounter` handler logs and counts what cannot be read instead of stopping.
+Reading: :func:`expand_shards` resolves a spec (glob, brace pattern, directory, comma list;
+remote URLs and ``pipe:`` commands, see :mod:`mmptm.data.remote`), :func:`tar_samples`
+groups tar members into samples with webdataset's readers, and a :class:`SkipCounter`
+handler logs and counts what cannot be read instead of stopping. :func:`count_samples`
+reads the shards' manifest (:mod:`mmptm.data.manifest`) where there is one.
 :func:`check_shard` scans a shard's headers for the damage a streaming reader stops at
 without a word (garbage in the middle, a file cut short at a header).
 Writing: every converter (toyworld, COCO, VQA, XNLI...) writes through :class:`ShardWriter`,
 so the same samples always give byte-identical shards and an interrupted run never leaves a
-truncated shard under a final name.
+truncated shard under a final name; under ``mmptm data NAME --manifest`` (:func:`manifests`)
+it also writes the shards' manifest.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import os
 import re
 import tarfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +34,20 @@ from typing import Any
 
 import braceexpand
 
+from mmptm.data.manifest import (
+    MANIFEST,
+    ShardInfo,
+    manifest_counts,
+    sample_language,
+    write_manifest,
+)
+from mmptm.data.remote import (
+    RemoteOptions,
+    ShardUnavailable,
+    check_backend,
+    is_remote,
+    open_shard,
+)
 from mmptm.modalities.base import Sample
 
 __all__ = [
@@ -39,7 +58,9 @@ __all__ = [
     "count_samples",
     "encode_member",
     "expand_shards",
+    "manifests",
     "read_sample",
+    "read_shard",
     "tar_samples",
 ]
 
@@ -50,12 +71,21 @@ log = logging.getLogger(__name__)
 
 
 def expand_shards(spec: str) -> list[str]:
-    """Resolve a shard spec into a sorted list of existing tar paths; error names what's missing."""
+    """Resolve a shard spec into a list of shards; an error names what's missing.
+
+    Local parts (globs, brace patterns, directories) give existing tar paths, sorted per
+    part. Remote parts (``http(s)://``, ``pipe:``, ``s3://``...) are brace-expanded in the
+    order written; whether they exist is known when they are read (their manifest lists
+    them, see :func:`count_samples`). Parts are separated by commas outside braces."""
     if not spec:
         raise ValueError("no shards given (set data.train / data.val / data.test)")
     urls: list[str] = []
-    for part in (p.strip() for p in spec.split(",")):
+    for part in (p.strip() for p in _split_spec(spec)):
         if not part:
+            continue
+        if is_remote(part):
+            check_backend(part)
+            urls += braceexpand.braceexpand(part)
             continue
         if os.path.isdir(part):
             found = sorted(glob.glob(os.path.join(part, "*.tar")))
@@ -70,6 +100,17 @@ def expand_shards(spec: str) -> list[str]:
             raise FileNotFoundError(f"shard spec {part!r} matches no files")
         urls += found
     return urls
+
+
+def _split_spec(spec: str) -> list[str]:
+    """A spec's parts: split at the commas outside braces (``{a,b}`` is one brace pattern)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(spec):
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth <= 0:
+            parts.append(spec[start:i])
+            start = i + 1
+    return [*parts, spec[start:]]
 
 
 class SkipCounter:
@@ -112,14 +153,79 @@ def _describe(exn: BaseException) -> str:
     return str(exn)
 
 
-def tar_samples(urls: Iterable[str], handler: SkipCounter) -> Iterator[Sample]:
-    """Open tar shards and group members into samples by ``__key__`` (webdataset's readers)."""
-    # Imported here: webdataset imports torch, which reading text files alone does not need.
-    from webdataset.tariterators import group_by_keys, tar_file_expander, url_opener
+Handler = Callable[[BaseException], bool]
 
-    streams = url_opener(({"url": u} for u in urls), handler=handler)
+
+def tar_samples(
+    urls: Iterable[str], handler: Handler, remote: RemoteOptions | None = None
+) -> Iterator[Sample]:
+    """Open tar shards and group members into samples by ``__key__`` (webdataset's readers).
+    Remote shards are read as ``remote`` says (retries, timeout, cache)."""
+    # Imported here: webdataset imports torch, which reading text files alone does not need.
+    from webdataset.tariterators import group_by_keys, tar_file_expander
+
+    streams = _opened(urls, handler, remote or RemoteOptions())
     files = tar_file_expander(streams, handler=handler)
     yield from group_by_keys(files, handler=handler)
+
+
+def _opened(urls: Iterable[str], handler: Handler, opts: RemoteOptions) -> Iterator[dict]:
+    """webdataset's ``url_opener`` ({url, stream} per shard, errors to ``handler``); a remote
+    shard's stream is closed once the next one is asked for (its connection, its command)."""
+    from webdataset.tariterators import url_opener
+
+    last = None
+    try:
+        for url in urls:
+            if last is not None:
+                last.close()
+                last = None
+            if not is_remote(url):
+                yield from url_opener([{"url": url}], handler=handler)
+                continue
+            try:
+                last = open_shard(url, opts)
+            except Exception as exn:
+                exn.args = (*exn.args, url)
+                if handler(exn):
+                    continue
+                break
+            yield {"url": url, "stream": last}
+    finally:
+        if last is not None:
+            last.close()
+
+
+class _Errors:
+    """A handler that keeps the errors of one shard's reading, to be counted after it."""
+
+    def __init__(self) -> None:
+        self.seen: list[BaseException] = []
+
+    def __call__(self, exn: BaseException) -> bool:
+        self.seen.append(exn)
+        return True
+
+
+def read_shard(
+    url: str, handler: SkipCounter, remote: RemoteOptions | None = None, expected: int | None = None
+) -> Iterator[Sample]:
+    """One shard's samples, bad input skipped and counted by ``handler``. A remote shard that
+    fails (gone, or down past the retries) counts the samples it did not give: ``expected``
+    (its manifest's count) less those read, with one warning naming the shard and the fault."""
+    if not is_remote(url) or not handler.report:
+        yield from tar_samples([url], handler, remote)
+        return
+    errors = _Errors()
+    n = 0
+    for sample in tar_samples([url], errors, remote):
+        n += 1
+        yield sample
+    if errors.seen:
+        fault = next((e for e in errors.seen if isinstance(e, ShardUnavailable)), None)
+        what = str(fault.detail) if fault else _describe(errors.seen[0])
+        lost = max(expected - n, 1) if expected is not None else len(errors.seen)
+        handler.lose(lost, f"{what}; {n} samples read" if n else what)
 
 
 @lru_cache(maxsize=4096)
@@ -128,12 +234,17 @@ def _count(url: str, size: int, mtime: float) -> int:
         return len({m.name.split("/")[-1].split(".")[0] for m in tar if m.isfile()})
 
 
-def count_samples(urls: Iterable[str]) -> int:
-    """Samples (distinct keys) in tar shards, from their headers; cached per file version."""
+def count_samples(urls: Iterable[str], remote: RemoteOptions | None = None) -> int:
+    """Samples (distinct keys) in tar shards: from their manifest where it lists them (a
+    local shard of the size it counted), else from a local shard's headers (cached per file
+    version); a remote shard without a manifest is an error saying how to write one."""
+    urls = list(urls)
     total = 0
-    for u in urls:
-        st = os.stat(u)
-        total += _count(u, st.st_size, st.st_mtime)
+    for u, n in zip(urls, manifest_counts(urls, remote), strict=True):
+        if n is None:
+            st = os.stat(u)
+            n = _count(u, st.st_size, st.st_mtime)
+        total += n
     return total
 
 
@@ -301,6 +412,23 @@ def read_sample(url: str, key: str) -> Sample:
 # --------------------------------------------------------------------------------------------
 # Writing
 
+#: whether a ShardWriter not told otherwise writes its shards' manifest (see :func:`manifests`)
+_MANIFESTS = False
+
+
+@contextmanager
+def manifests(enabled: bool = True) -> Iterator[None]:
+    """Within: every :class:`ShardWriter` not told otherwise writes its shards' manifest
+    (``mmptm data NAME --manifest`` runs the converter in this, so that any converter
+    writes one)."""
+    global _MANIFESTS
+    before, _MANIFESTS = _MANIFESTS, enabled
+    try:
+        yield
+    finally:
+        _MANIFESTS = before
+
+
 # Fixed header fields: anything taken from the clock or the current user would make two runs
 # over the same samples differ byte for byte.
 _MTIME = 0
@@ -343,10 +471,14 @@ class ShardWriter:
     shard starts every ``max_count`` samples. Members are named ``<key>.<ext>`` in the sample's
     order; other ``__meta__`` fields (such as webdataset's ``__url__``) are not stored.
     Each shard is written under a temporary name in the same folder and renamed into place
-    only once complete.
+    only once complete. ``manifest``: on closing, add the shards' sample counts and
+    languages to the manifest of their folder (:mod:`mmptm.data.manifest`); None = as
+    :func:`manifests` says (off by default).
     """
 
-    def __init__(self, pattern: str | os.PathLike[str], max_count: int) -> None:
+    def __init__(
+        self, pattern: str | os.PathLike[str], max_count: int, manifest: bool | None = None
+    ) -> None:
         pattern = os.fspath(pattern)
         if max_count < 1:
             raise ValueError(f"max_count must be >= 1, got {max_count}")
@@ -365,6 +497,10 @@ class ShardWriter:
         self._tmp: str | None = None
         self._file: io.BufferedWriter | None = None
         self._tar: tarfile.TarFile | None = None
+        self.manifest = _MANIFESTS if manifest is None else manifest
+        #: completed shards' manifest entries, by path
+        self._infos: dict[str, ShardInfo] = {}
+        self._languages: Counter[str] = Counter()
 
     @property
     def shards(self) -> list[str]:
@@ -397,15 +533,23 @@ class ShardWriter:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             self._tar.addfile(info, io.BytesIO(data))
+        if self.manifest and (lang := sample_language(sample.get("json"))) is not None:
+            self._languages[lang] += 1
         self._count += 1
         self._in_shard += 1
         if self._in_shard >= self.max_count:
             self._finish()
 
     def close(self) -> None:
-        """Publish the last, partly filled shard."""
+        """Publish the last, partly filled shard (and the manifest, if written)."""
         if self._tar is not None:
             self._finish()
+        folders: dict[str, dict[str, ShardInfo]] = {}
+        for path, info in self._infos.items():
+            folders.setdefault(os.path.dirname(path), {})[os.path.basename(path)] = info
+        for folder, infos in folders.items():
+            write_manifest(os.path.join(folder, MANIFEST), infos)
+        self._infos = {}
 
     def abort(self) -> None:
         """Drop the shard in progress; completed shards stay."""
@@ -440,6 +584,7 @@ class ShardWriter:
         self._file = open(self._tmp, "wb")  # noqa: SIM115
         self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)  # noqa: SIM115
         self._in_shard = 0
+        self._languages.clear()
 
     def _finish(self) -> None:
         assert self._tar is not None and self._file is not None
@@ -450,4 +595,8 @@ class ShardWriter:
         self._file.close()
         os.replace(self._tmp, self._path)
         self._shards.append(self._path)
+        if self.manifest:
+            languages = dict(sorted(self._languages.items()))
+            size = os.path.getsize(self._path)
+            self._infos[self._path] = ShardInfo(self._in_shard, size, languages)
         self._tar = self._file = self._tmp = self._path = None
