@@ -162,3 +162,21 @@ def test_video_captioning_from_a_video_text_run(tiny_world: Path, tmp_path: Path
     assert main(["eval", "captioning", str(ft), "--limit", "4", "--max-len", "6"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["n"] == 4 and result["lang"] == "en"
+
+
+def test_an_encoder_run_starts_a_decoder_recipe(tiny_world: Path, tmp_path: Path):
+    """init_mode=encoders: mbart_tiny started from an mbert_tiny run keeps its text encoder
+    (at lr 0 the checkpoint still holds mbert's weights) and builds its decoder new."""
+    from mmptm.models import checkpoint
+
+    mbert = tmp_path / "mbert"
+    pretrain(load_run_config("mbert_tiny", tiny_overrides(tiny_world, mbert, "mbert_tiny")))
+    mbart = tmp_path / "mbart"
+    over = [*tiny_overrides(tiny_world, mbart, "mbart_tiny"), f"init={mbert}",
+            "init_mode=encoders", "train.lr=0", "model.objectives.lm.decoder.heads=2"]  # fmt: skip
+    pretrain(load_run_config("mbart_tiny", over))
+    src, dst = checkpoint.read(mbert).model, checkpoint.read(mbart).model
+    enc = [k for k in src if k.startswith("encoders.text.")]
+    assert enc and all(torch.equal(src[k], dst[k]) for k in enc)
+    assert any(k.startswith("objectives.lm.decoder.") for k in dst)
+    assert not any(k.startswith("objectives.lm.") for k in src)
