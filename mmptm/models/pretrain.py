@@ -16,7 +16,7 @@ from mmptm.encoders.base import ModalityTokens, VocabInfo
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need, merge_needs
 from mmptm.models.resources import build_objective, objective_data_transform
-from mmptm.objectives.base import ForObjectives, TaskSampler, trains
+from mmptm.objectives.base import ForObjectives, TaskSampler, task_objectives, trains
 from mmptm.recipe import ModelConfig
 from mmptm.registry import ENCODERS, FUSIONS
 
@@ -53,7 +53,7 @@ def data_transforms(cfg: ModelConfig, vocab: VocabInfo) -> list[BatchTransform]:
             )
         else:
             twin[0].add(name)
-    named = {"model.task_mix": list(cfg.task_mix)}
+    named = {"model.task_mix": [n for task in cfg.task_mix for n in task_objectives(task)]}
     named.update({f"model.routes.{src}": names for src, names in cfg.routes.items()})
     for key, names in named.items():
         unknown = set(names) - set(cfg.objectives)

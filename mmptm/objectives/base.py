@@ -133,9 +133,10 @@ def encoder_target_dim(enc: nn.Module, configured: int, where: str) -> int:
 class TaskSampler:
     """Per-step task sampling (UNITER): each batch trains one objective, drawn by weight.
 
-    Writes ``batch["__task__"]``; the model then computes that objective alone, and only its
-    data side runs (see :class:`ForObjectives`) — which is UNITER's conditional masking: an MLM
-    batch keeps its regions whole, a region-modelling batch keeps its text whole.
+    Writes ``batch["__task__"]``; the model then computes that objective alone (or the
+    objectives a ``+`` joins: :func:`task_objectives`), and only its data side runs (see
+    :class:`ForObjectives`) — which is UNITER's conditional masking: an MLM batch keeps its
+    regions whole, a region-modelling batch keeps its text whole.
     """
 
     data_priority: ClassVar[int] = 0
@@ -149,11 +150,17 @@ class TaskSampler:
         return batch
 
 
+def task_objectives(task: str) -> list[str]:
+    """The objectives a ``task_mix`` task trains: one, or several joined by ``+``."""
+    return task.split("+")
+
+
 def trains(batch: Batch, objective: str, routes: dict) -> bool:
     """Whether ``objective`` trains on this batch: the sampled task (``task_mix``), if any,
-    is that objective, and ``routes`` (source → objectives) lets the batch's source train it."""
+    is that objective or a group naming it (``itm+wra``: UNITER's OT loss on ITM's batches),
+    and ``routes`` (source → objectives) lets the batch's source train it."""
     task = batch.get(TASK)
-    if task is not None and task != objective:
+    if task is not None and objective not in task_objectives(task):
         return False
     source = batch_source(batch)
     return source not in routes or objective in routes[source]

@@ -14,6 +14,7 @@ from mmptm.converters.answers import build_answer_vocab, shard_answers, write_an
 from mmptm.eval.retrieval import evaluate_retrieval, format_table, retrieval_heads
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
+from mmptm.objectives.base import task_objectives
 from mmptm.recipe import RunConfig, load_run_config
 from mmptm.studies.common import draw_curves, prepare_data, write_results
 from mmptm.train.trainer import pretrain
@@ -179,14 +180,19 @@ def _print_vqa(
 def model_budget(model, batch_size: int) -> dict[str, Any]:
     """What a pre-training run spends, to compare recipes at equal budgets: parameters (all,
     and the fusion's), the batch size, and the share of steps each objective trains (1 for
-    every objective without ``task_mix``; its weight's share with it)."""
+    every objective without ``task_mix``; with it, the weight share of the tasks that train
+    it: ``itm+wra`` counts for both)."""
     mix = model.cfg.task_mix
     total = sum(mix.values())
+    share = {
+        n: sum(w for task, w in mix.items() if n in task_objectives(task)) / total if mix else 1.0
+        for n in model.cfg.objectives
+    }
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "fusion_parameters": sum(p.numel() for p in model.fusion.parameters()),
         "batch_size": batch_size,
-        "objectives": {n: mix.get(n, 0.0) / total if mix else 1.0 for n in model.cfg.objectives},
+        "objectives": share,
     }
 
 

@@ -109,6 +109,7 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         # LXMERT 228M as published include ~24M of word embeddings, and LXMERT its QA head.
         "visualbert_base": (86e6, 92e6),
         "uniter_base": (88e6, 96e6),
+        "uniter_full_base": (88e6, 96e6),  # WRA is parameter-free
         "oscar_base": (86e6, 92e6),  # Oscar-B: VisualBERT's shape, tags read as text
         "vilbert_base": (195e6, 225e6),
         "lxmert_base": (180e6, 210e6),
