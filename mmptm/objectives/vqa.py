@@ -218,6 +218,10 @@ class VQAHead(Objective):
     the answers and averaged over the batch. The metric ``score`` is the mean soft score of
     the argmax answer. A batch without ``vqa_targets`` (another source of a mixture) gets no
     loss from it.
+
+    As a pre-training task (LXMERT's image QA, ``lxmert_full_tiny``) it reads the questions of
+    a VQA-style source with the answer vocabulary fine-tuning uses, so that the head carries
+    over; beside ITM, only the matched pairs (``itm_labels`` 1) are answered, as in LXMERT.
     """
 
     @dataclass
@@ -343,6 +347,12 @@ class VQAHead(Objective):
                 f"vqa_targets have {targets_BA.shape[-1]} answers, the head {self.num_answers}"
             )
         logits_BA = self.logits(out)
+        if "itm_labels" in batch:  # pre-training (LXMERT): a question whose image ITM's data
+            # side swapped for another (itm_labels 0) has no answer to learn
+            matched_B = batch["itm_labels"].to(logits_BA.device) != 0
+            if not bool(matched_B.any()):
+                return {"loss": logits_BA.sum() * 0.0}
+            logits_BA, targets_BA = logits_BA[matched_B], targets_BA[matched_B]
         loss = F.binary_cross_entropy_with_logits(logits_BA, targets_BA) * self.num_answers
         best_B1 = logits_BA.argmax(-1, keepdim=True)
         score = targets_BA.gather(1, best_B1).mean()

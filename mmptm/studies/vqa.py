@@ -16,7 +16,7 @@ from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
 from mmptm.objectives.base import task_objectives
 from mmptm.recipe import RunConfig, load_run_config
-from mmptm.studies.common import draw_curves, prepare_data, write_results
+from mmptm.studies.common import draw_curves, prepare_data, relocated, write_results
 from mmptm.train.trainer import pretrain
 
 #: the VL study's pre-training runs: name → (recipe, overrides). The last two are UNITER's
@@ -122,12 +122,15 @@ def _prepare(out: Path, n_train: int, n_test: int, seed: int) -> tuple[Path, Pat
 def _pretrain(
     recipe: str, run: Path, data: Path, steps: int, seed: int, overrides: Sequence[str]
 ) -> RunConfig:
-    """Pre-train one VL run (a ``VL_RUNS`` name or a recipe) on the region shards; its
-    config."""
+    """Pre-train one VL run (a ``VL_RUNS`` name or a recipe) on the region shards (a recipe
+    that mixes sources, such as LXMERT's captions and questions, on the study's copies of
+    its own); its config."""
     base, variant = VL_RUNS.get(recipe, (recipe, ()))
     paths = [f"data.tokenizer={data}/tokenizer.model"] + [
         f"data.{split}={data}/regions/{split}-*.tar" for split in ("train", "val", "test")
     ]
+    if load_run_config(base).data.sources:
+        paths = relocated(base, data)  # the answer list too: _prepare writes it there
     cfg = load_run_config(
         base,
         [

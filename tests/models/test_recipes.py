@@ -41,6 +41,8 @@ def _not_in_world(cfg) -> str:
     for part in (*cfg.model.encoders.values(), *cfg.model.objectives.values()):
         if getattr(part, "codebook", "") and not Path(part.codebook).is_file():
             return f"no codebook {part.codebook}"
+        if getattr(part, "answers", "") and not Path(part.answers).is_file():
+            return f"no answer list {part.answers}"  # tests/objectives/test_lxmert_qa.py
     return ""
 
 
@@ -93,6 +95,9 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
     if recipe.stem == "hubert_base":  # HuBERT iteration 1: 100 MFCC units
         np.save(tmp_path / "mfcc.npy", np.zeros((100, 39), dtype=np.float32))
         over.append(f"model.objectives.hubert.codebook={tmp_path}/mfcc.npy")
+    if recipe.stem == "lxmert_full_base":  # LXMERT's QA head over its 9500 answers
+        (tmp_path / "answers.txt").write_text("".join(f"a{i}\n" for i in range(9500)))
+        over.append(f"model.objectives.vqa.answers={tmp_path}/answers.txt")
     cfg = load_run_config(str(recipe), over)
     model, _tok = build_model(cfg)
     n = sum(p.numel() for p in model.parameters())
@@ -113,6 +118,7 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "oscar_base": (86e6, 92e6),  # Oscar-B: VisualBERT's shape, tags read as text
         "vilbert_base": (195e6, 225e6),
         "lxmert_base": (180e6, 210e6),
+        "lxmert_full_base": (195e6, 225e6),  # + the QA head (768 → 1536 → 9500): 15.8M
         # ALBEF: BERT-base split 6 text + 6 fusion layers (here single-stream, so no
         # cross-attention weights) with a 2-layer region tower instead of its ViT-B/16.
         "albef_base": (98e6, 108e6),
