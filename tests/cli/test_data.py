@@ -16,7 +16,7 @@ from mmptm.toyworld import generate
 DATA_COMMANDS = {
     "toyworld", "parallel", "text", "xnli", "coco", "vqa", "answers", "msrvtt", "videos",
     "video-features", "clotho", "audiocaps", "esc50", "librispeech", "typing", "relations",
-    "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx",
+    "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx", "squad",
 }  # fmt: skip
 
 
