@@ -366,6 +366,9 @@ def _captioning(ev_sub: argparse._SubParsersAction) -> None:
     c = ev_sub.add_parser("captioning", help="captions written for a split: BLEU-4, chrF, CIDEr-D")
     _generation_arguments(c, fn)
     c.add_argument("--lang", default=None, help="caption language (default: the run's first)")
+    c.add_argument(
+        "--no-baselines", action="store_true", help="skip the most-frequent-caption baseline"
+    )
     c.set_defaults(fn=_eval_captioning)
 
 
@@ -375,7 +378,7 @@ def _eval_captioning(args: argparse.Namespace) -> int:
     result = evaluate_captioning(
         args.run, split=args.split, shards=args.shards, lang=args.lang,
         decoding=decoding_config(args), limit=args.limit, batch_size=args.batch_size,
-        overrides=args.overrides, device=args.device,
+        baselines=not args.no_baselines, overrides=args.overrides, device=args.device,
     )  # fmt: skip
     return _report(result, args.out)
 

@@ -3,7 +3,8 @@ against the references (:mod:`mmptm.eval.generation`'s BLEU, chrF and CIDEr-D).
 
 Captioning: each sample's conditioning views (an image's regions, a clip, a sound) in, one
 caption out, scored against every caption of the sample in the language asked for (COCO's
-protocol: all references of an image). Translation: the parallel samples holding both
+protocol: all references of an image), beside the baseline that writes the training data's
+most frequent caption for every sample. Translation: the parallel samples holding both
 languages, in either order, the source side in, scored against the other side; beside the
 model, the two baselines that learn nothing a model should not beat (copy the source, and a
 word-by-word dictionary learned from the run's own training pairs).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -67,11 +69,13 @@ def evaluate_captioning(
     decoding: DecodeConfig | None = None,
     limit: int | None = None,
     batch_size: int = 32,
+    baselines: bool = True,
     overrides: Sequence[str] = (),
     device: str = "cpu",
 ) -> dict[str, Any]:
     """BLEU-4, chrF and CIDEr-D of the captions a run writes for ``split`` (or ``shards``) in
-    ``lang`` (default: its first caption language), with a few examples."""
+    ``lang`` (default: its first caption language), with a few examples; ``baselines``: also
+    of writing the run's most frequent training caption for every sample."""
     gen = run if isinstance(run, Generator) else Generator.load(run, overrides, device)
     decoding = decoding or DecodeConfig()
     lang = lang or _first_language(gen)
@@ -91,11 +95,26 @@ def evaluate_captioning(
     result: dict[str, Any] = {"lang": lang, **caption_scores(hyps, refs)}
     result["seconds"] = round(time.perf_counter() - start, 2)
     result["decoding"] = asdict(decoding)
+    if baselines and gen.cfg.data.train:
+        common = most_frequent_caption(gen.cfg.data.train, field, lang)
+        if common:
+            result["baselines"] = {
+                "most frequent caption": caption_scores([common] * len(refs), refs)
+            }
     result["examples"] = [
         {"key": s[KEY], "written": h, "reference": r[0]}
         for (s, r), h in list(zip(items, hyps))[:EXAMPLES]
     ]
     return result
+
+
+def most_frequent_caption(spec: str, field: str, lang: str, limit: int = 20000) -> str:
+    """The caption in ``lang`` that the first ``limit`` samples of ``spec`` give most often
+    (a captioner that learnt nothing of the picture can write it for every one)."""
+    counts: Counter[str] = Counter()
+    for _, meta in raw_samples(spec, limit):
+        counts.update(_references(meta, field, lang))
+    return counts.most_common(1)[0][0] if counts else ""
 
 
 def _first_language(gen: Generator) -> str:

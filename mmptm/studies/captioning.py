@@ -89,9 +89,14 @@ def _print(result: dict) -> None:
     if result["captioning"]:
         print("\ncaptioning, English test scenes (every caption of a scene a reference):")
         print(f"  {'run':<40} {'CIDEr-D':>8} {'BLEU-4':>7} {'chrF':>6}")
-        for key, r in result["captioning"].items():
+        rows = dict(result["captioning"])
+        for r in list(result["captioning"].values())[:1]:  # the same for every run
+            rows.update({f"baseline: {k}": v for k, v in r.get("baselines", {}).items()})
+        for key, r in rows.items():
             print(f"  {key:<40} {r['cider_d']:8.1f} {r['bleu4']:7.1f} {r['chrf']:6.1f}")
-            print(f"    e.g. {r['examples'][0]['written']!r} ({r['examples'][0]['reference']!r})")
+            if r.get("examples"):
+                ex = r["examples"][0]
+                print(f"    e.g. {ex['written']!r} ({ex['reference']!r})")
     for pair, rows in result["translation"].items():
         print(f"\ntranslation {pair}, test pairs:")
         print(f"  {'run':<40} {'BLEU':>6} {'chrF':>6}")

@@ -24,6 +24,8 @@ def test_captioning_study_end_to_end(tmp_path, capsys):
     assert set(result["captioning"]) == want
     for r in result["captioning"].values():
         assert r["n"] == 8 and 0 <= r["cider_d"] and 0 <= r["bleu4"] <= 100
+        assert set(r["baselines"]) == {"most frequent caption"}
+    assert "baseline: most frequent caption" in printed
     for pair in ("en→de", "en→ru"):
         rows = result["translation"][pair]
         assert len(rows) == 4
