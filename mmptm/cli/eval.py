@@ -1,5 +1,6 @@
 """``mmptm eval TASK``: evaluate a checkpoint (retrieval, reversal, probes and clozes, link
-prediction, XNLI, spans, VQA, cross-lingual retrieval, captioning, translation)."""
+prediction, XNLI, spans, VQA, cross-lingual retrieval, captioning, translation, zero-shot
+cross-lingual transfer of any task head)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _fill(ev: argparse.ArgumentParser) -> None:
     ev_sub = ev.add_subparsers(dest="task", required=True)
     adds = (_retrieval, _reversal, _probe, _link_prediction, _xnli, _spans, _vqa, _xret,
-            _captioning, _translation)  # fmt: skip
+            _captioning, _translation, _transfer)  # fmt: skip
     for add in adds:
         add(ev_sub)
 
@@ -417,3 +418,63 @@ def _report(result: dict, out: str | None) -> int:
         Path(out).write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "examples"}))
     return 0
+
+
+def _transfer(ev_sub: argparse._SubParsersAction) -> None:
+    from mmptm.eval.transfer import evaluate_transfer as fn
+
+    t = ev_sub.add_parser(
+        "transfer", help="zero-shot cross-lingual transfer: a task head's scores per language "
+        "and their average (XNLI, PAWS-X, WikiANN, UD-POS, XQuAD ...)",
+    )  # fmt: skip
+    t.add_argument("run", help="run directory or checkpoint (with --finetune: a recipe)")
+    t.add_argument("overrides", nargs="*", help="key=value overrides (of the saved config, or "
+                   "of the recipe with --finetune)")  # fmt: skip
+    t.add_argument("--set", action="append", help="LANG=SHARDS, repeatable (default: the run's "
+                   "data.eval)")  # fmt: skip
+    t.add_argument(
+        "--pattern",
+        default=None,
+        help="one shard spec with {lang}, e.g. data/wikiann/test-{lang}-*.tar",
+    )
+    t.add_argument("--languages", default="", help="comma list filling --pattern's {lang}")
+    t.add_argument("--finetune", action="store_true",
+                   help="RUN is a recipe: fine-tune it (init=...) on its data.train (English), "
+                   "then evaluate every language")  # fmt: skip
+    t.add_argument("--device", type=device, default=default_of(fn, "device"))
+    t.add_argument("--out", default=None, help="also write the result as JSON here")
+    t.set_defaults(fn=_eval_transfer)
+
+
+def _eval_transfer(args: argparse.Namespace) -> int:
+    from mmptm.eval.transfer import evaluate_transfer, format_transfer, language_sets
+
+    sets = dict(s.split("=", 1) for s in args.set or [])
+    if args.pattern:
+        languages = [x.strip() for x in args.languages.split(",") if x.strip()]
+        sets |= language_sets(args.pattern, languages)
+    elif args.languages:
+        raise ValueError("--languages fills --pattern's {lang}: give --pattern too")
+    loaded = _finetuned(args.run, args.overrides) if args.finetune else None
+    overrides = [] if args.finetune else args.overrides
+    result = evaluate_transfer(args.run, sets or None, overrides=overrides, device=args.device,
+                               model=loaded)  # fmt: skip
+    name = Path(args.run).name or args.run
+    print(format_transfer(result, f"{name}: {result['task']}, each set and the average"))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+def _finetuned(recipe: str, overrides: list[str]):
+    """The (model, tokenizer, config) of ``recipe`` fine-tuned from its ``init`` run."""
+    from mmptm.recipe import load_run_config
+    from mmptm.train.trainer import Trainer
+
+    cfg = load_run_config(recipe, overrides)
+    if not cfg.init:
+        raise ValueError(f"{recipe}: --finetune needs init=<run> (the pre-trained run)")
+    trainer = Trainer(cfg)
+    trainer.fit()
+    return trainer.model, trainer.tokenizer, cfg
