@@ -116,6 +116,13 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "uniter_base": (88e6, 96e6),
         "uniter_full_base": (88e6, 96e6),  # WRA is parameter-free
         "oscar_base": (86e6, 92e6),  # Oscar-B: VisualBERT's shape, tags read as text
+        # VL-BERT / Unicoder-VL / ImageBERT: VisualBERT's shape with their heads (counted
+        # exactly in tests/models/test_vl_survey_recipes.py); B2T2: BERT-base's stack over
+        # text alone + ResNet-152 (58M without its classifier)
+        "vlbert_base": (88e6, 95e6),
+        "unicoder_vl_base": (88e6, 94e6),
+        "imagebert_base": (88e6, 96e6),
+        "b2t2_base": (140e6, 155e6),
         "vilbert_base": (195e6, 225e6),
         "lxmert_base": (180e6, 210e6),
         "lxmert_full_base": (195e6, 225e6),  # + the QA head (768 → 1536 → 9500): 15.8M
