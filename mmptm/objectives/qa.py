@@ -17,7 +17,9 @@ context is cut into windows of ``max_len`` - (question) - 2 pieces whose starts 
 a row ``[CLS] question [SEP] window [SEP]`` with every per-sample value repeated (``__key__``
 too). A row whose window holds the whole answer is trained to point at its first and last
 piece; any other row at [CLS] (position 0), as in BERT's SQuAD fine-tuning. Rows carry
-``qa_offset [R]`` (the window's first context piece) and ``qa_complete [R]``.
+``qa_offset [R]`` (the window's first context piece), ``qa_length [R]`` (its pieces: they
+are the row's last real pieces before the closing [SEP], whatever the pair layout) and
+``qa_complete [R]``.
 
 Head: dropout → linear → (start, end) logits per position, padding excluded; loss = the mean
 of the start and end cross-entropies. :meth:`ExtractiveQA.best_spans` picks a row's answer:
@@ -25,7 +27,7 @@ the highest start + end logit over context pieces with start <= end < start +
 ``max_answer_len`` (exactly, not from the n best starts and ends); :mod:`mmptm.eval.qa` takes
 the best row of each question and scores the text with SQuAD's EM and F1.
 
-Legend: B samples, R rows (windows), L pieces, Q question pieces, C context pieces, D width.
+Legend: B samples, R rows (windows), L pieces, D width.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ from mmptm.batch import Batch
 from mmptm.encoders.base import VocabInfo, init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need, view_prefix
+from mmptm.modalities.text import SECOND_VIEW
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
 
 #: batch names of the two span annotations (``qa_answer_mask``, ``qa_context_mask`` ...)
 ANSWER, CONTEXT = "qa_answer", "qa_context"
-#: the prefix of a pair's second sentence before joining (``mmptm.modalities.text``)
-SECOND = "text2_"
+#: the key prefix of a pair's second sentence before the pair is joined ("text2_")
+SECOND = view_prefix("text", SECOND_VIEW)
 _NEG = -1e4  # a logit no real position reaches (bf16-safe)
 
 
