@@ -117,7 +117,9 @@ class ModelConfig:
     fusion: Any = component(FUSIONS, "single_stream")
     objectives: dict[str, Any] = components(OBJECTIVES)
     #: per-step task sampling (UNITER): objective name → weight; each batch trains one
-    #: objective and runs only its data side (conditional masking). Empty = all every step
+    #: objective and runs only its data side (conditional masking). A task may name several
+    #: objectives joined by ``+`` (``itm+wra``: UNITER's OT loss on ITM's batches), which
+    #: train together on its batches. Empty = all every step
     task_mix: dict[str, float] = field(default_factory=dict)
     #: data source (``data.sources`` key) → the objectives its batches train, e.g. MLM on
     #: monolingual batches and a contrastive loss on stacked pairs; sources not named train
