@@ -89,12 +89,14 @@ def ot_distance(
     inner: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(OT distance [B] = <C, T>, differentiable through the cost; the plan T [B,L,R]),
-    computed in fp32 (UNITER: "run in fp32 for stability")."""
-    cost_BLR = cosine_cost(x_BLD.float(), y_BRD.float())
-    real_BLR = x_real_BL[:, :, None] & y_real_BR[:, None, :]
-    cost_BLR = cost_BLR.masked_fill(~real_BLR, 0.0)
-    plan_BLR = ipot(cost_BLR.detach(), x_real_BL, y_real_BR, beta, iterations, inner)
-    return (cost_BLR * plan_BLR).sum((1, 2)), plan_BLR
+    computed in fp32 under autocast too (UNITER: "run in fp32 for stability"; IPOT's scalings
+    are reciprocals of sums that bf16 would round)."""
+    with torch.autocast(x_BLD.device.type, enabled=False):
+        cost_BLR = cosine_cost(x_BLD.float(), y_BRD.float())
+        real_BLR = x_real_BL[:, :, None] & y_real_BR[:, None, :]
+        cost_BLR = cost_BLR.masked_fill(~real_BLR, 0.0)
+        plan_BLR = ipot(cost_BLR.detach(), x_real_BL, y_real_BR, beta, iterations, inner)
+        return (cost_BLR * plan_BLR).sum((1, 2)), plan_BLR
 
 
 @OBJECTIVES.register("wra")

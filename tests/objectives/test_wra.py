@@ -111,6 +111,21 @@ def test_ipot_converges_on_random_costs() -> None:
                                    rtol=0)  # fmt: skip
 
 
+def test_fp32_under_bf16_autocast() -> None:
+    """The plan's reciprocal scalings would lose their digits in bf16: under autocast the
+    distance is the fp32 one."""
+    pairs = [_matched_pair(L, R, seed) for seed, (L, R) in enumerate([(6, 3), (5, 5)])]
+    x, x_real = _padded([w for w, _ in pairs])
+    y, y_real = _padded([r for _, r in pairs])
+    want, _ = ot_distance(x, y, x_real, y_real)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, plan = ot_distance(x.bfloat16(), y.bfloat16(), x_real, y_real)
+    assert got.dtype == plan.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=2e-2, rtol=0)  # the states' own bf16 rounding
+    exact = ot_distance(x.bfloat16().float(), y.bfloat16().float(), x_real, y_real)[0]
+    torch.testing.assert_close(got, exact)
+
+
 def test_padding_changes_nothing_and_an_empty_side_gives_a_zero_plan() -> None:
     words, regions = _matched_pair(4, 3, seed=5)
     alone_d, alone_plan = ot_distance(
