@@ -116,6 +116,7 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "uniter_base": (88e6, 96e6),
         "uniter_full_base": (88e6, 96e6),  # WRA is parameter-free
         "oscar_base": (86e6, 92e6),  # Oscar-B: VisualBERT's shape, tags read as text
+        "vlp_base": (86e6, 92e6),  # VLP: BERT-base + the region embedding, MLM only
         # VL-BERT / Unicoder-VL / ImageBERT: VisualBERT's shape with their heads (counted
         # exactly in tests/models/test_vl_survey_recipes.py); B2T2: BERT-base's stack over
         # text alone + ResNet-152 (58M without its classifier)
@@ -129,6 +130,11 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         # ALBEF: BERT-base split 6 text + 6 fusion layers (here single-stream, so no
         # cross-attention weights) with a 2-layer region tower instead of its ViT-B/16.
         "albef_base": (98e6, 108e6),
+        # BLIP-style: ALBEF-base + a 12-layer decoder with cross-attention (self, cross and
+        # MLP at 768: 9.45M a layer) and its LM head; the embeddings are the text encoder's
+        "blip_base": (210e6, 225e6),
+        # mBART-cc25: 12 + 12 layers at 1024 wide, 354M without its 250k x 1024 embeddings
+        "mbart_base": (350e6, 360e6),
         # Frozen-in-Time: ViT-B/16 86M + 2 temporal layers 14M + a 6-layer text tower 43M
         # (DistilBERT without its word embeddings)
         "video_clip_base": (140e6, 150e6),
@@ -152,7 +158,8 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         "kbert_base": (85e6, 88e6),  # K-BERT: BERT-base; the graph is data, not weights
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
-    widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024}
+    widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024,
+              "mbart_base": 1024}  # fmt: skip
     assert model.cfg.width == widths.get(recipe.stem, 768)
 
 
