@@ -181,7 +181,8 @@ class MaskedLM(Objective):
         #: {mode: weight}: each row trains under an attention mode drawn by weight
         #: (bidirectional | seq2seq | causal), e.g. VLP's {bidirectional: 1, seq2seq: 1}: a
         #: seq2seq row predicts its masked pieces from the other modalities and its own past,
-        #: which is how it then writes text. {} = the fusion's plain attention
+        #: which is how it then writes text; with seq2seq the closing [SEP] may be masked as
+        #: well (UniLM), so that writing learns to stop. {} = the fusion's plain attention
         attention_modes: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -194,7 +195,11 @@ class MaskedLM(Objective):
             raise ValueError(
                 "mlm needs a tokenizer with a mask token; this one has none (CLIP's BPE)"
             )
-        specials = torch.tensor(sorted(vocab.special_ids), dtype=torch.long)
+        never = set(vocab.special_ids)
+        if cfg.attention_modes.get("seq2seq", 0) > 0:
+            # UniLM / VLP mask the closing [SEP] too: it is how a seq2seq row learns to stop
+            never.discard(vocab.sep_id)
+        specials = torch.tensor(sorted(never), dtype=torch.long)
         pool = torch.tensor(
             [i for i in range(vocab.vocab_size) if i not in vocab.special_ids], dtype=torch.long
         )

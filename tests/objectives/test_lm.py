@@ -205,3 +205,16 @@ def test_bart_noise_keeps_the_clean_target():
     lengths = out["attention_mask"].sum(1)
     ends = out["input_ids"][torch.arange(3), lengths - 1]
     assert ends.tolist() == [int(clean[0, 11]), 3, 3]  # and the last real piece last
+
+
+def test_seq2seq_mlm_also_masks_the_closing_sep():
+    """VLP / UniLM: with seq2seq rows the closing [SEP] is a masking candidate (how writing
+    learns to stop); plain MLM never masks it."""
+    picked = {}
+    for modes in ({}, {"bidirectional": 1, "seq2seq": 1}):
+        model = _model({"mlm": {"type": "mlm", "attention_modes": modes, "mask_prob": 0.5}})
+        batch, g = _batch(B=64), torch.Generator().manual_seed(0)
+        for t in data_transforms(model.cfg, VOCAB):
+            batch = t(batch, g)
+        picked[bool(modes)] = (batch["mlm_labels"] == 3).sum().item()  # 3: [SEP]
+    assert picked[False] == 0 and picked[True] > 10
