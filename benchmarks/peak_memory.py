@@ -1,27 +1,27 @@
-"""Peak memory of a few training steps per pre-training recipe, on CPU or one GPU.
+"""Peak memory of training per pre-training recipe, on CPU or one GPU.
 
-Each recipe's model (at the recipe's published vocabulary size) trains ``--steps`` steps as
-the trainer runs them (the same optimiser, gradient clipping, ``train.freeze``, activation
-checkpointing when asked; bf16 autocast on CUDA) on batches its own data pipeline reads from
-toyworld, drawn before the steps begin:
+Each recipe's model (at the recipe's published vocabulary size) trains as the trainer trains
+it (the same optimiser, gradient clipping, ``train.freeze``, activation checkpointing when
+asked; bf16 autocast on CUDA) on batches its own data pipeline reads from toyworld, drawn
+before the steps begin:
 
-- CPU: one child process per recipe and batch size (one thread); its peak resident set size
-  (``VmHWM``, reset after the model is built and the batches are read) and the resident size
-  before the steps. The steps' own memory (gradients, AdamW's two moments, activations,
-  temporaries) is the difference. Base recipes at their default batch (256 for most) neither
-  fit the 2-core development machine's time nor its memory, so they run at two small batches
-  (``--fit-batches``) and the peak is extrapolated linearly to the default batch, which is
-  how memory grows with the batch at fixed shapes (``--check`` measures a tiny recipe both
-  ways to show the extrapolation's error).
+- CPU: one child process per recipe and batch (one thread). The process's peak resident size
+  over ``--steps`` steps (``VmHWM``, reset after the model is built and the batches read),
+  then the peak of live tensor bytes over one more step, from the profiler's memory timeline
+  (what the tensors need at once, whatever the allocator keeps: the number that grows
+  linearly with the batch). Base recipes at their default batch (256 for most) fit neither
+  the 2-core development machine's time nor its memory: they run at two small batches
+  (``--fit-batches``) and each value of the step's live-memory curve is extrapolated to the
+  default batch (:func:`extrapolate`; ``--check`` measures a recipe both ways).
 - CUDA (``--device cuda``): every recipe in this process at its default batch,
   ``torch.cuda.max_memory_allocated`` over the steps.
 
 Base recipes read toyworld through small adapters, so that the model keeps its published
 shapes: region and clip features are padded with zeros to the encoder's ``feature_dim``
-(2048-d bottom-up regions, 1024-d S3D features), VideoBERT's 20736 visual words and HuBERT's
-100 MFCC units are random codebooks of toyworld's widths, the audio recipes read toyworld's
-scene sounds (clap, wav2vec 2.0, HuBERT) or spoken captions (SpeechBERT). Sequence lengths
-are toyworld's (short captions, 2 s sounds): the table states them.
+(2048-d bottom-up regions, 36 of them; 1024-d S3D features), VideoBERT's 20736 visual words
+and HuBERT's 100 MFCC units are random codebooks of toyworld's widths, the audio recipes read
+toyworld's scene sounds repeated to 16 s (clap, wav2vec 2.0, HuBERT) or spoken captions
+(SpeechBERT). Caption lengths are toyworld's: the table states the shapes.
 
     .venv/bin/python benchmarks/peak_memory.py --make-world /tmp/pm-world
     .venv/bin/python benchmarks/peak_memory.py --world /tmp/pm-world --recipes tiny,base \\
@@ -55,9 +55,11 @@ from mmptm.recipe import list_recipes, load_run_config, recipe_kind
 TOY_FEATURE_DIM = 256
 #: seconds of the base audio recipes' clips (their max_seconds: 10 to 15.6)
 LONG_SECONDS = 16.0
-#: base recipes measured at smaller batches than ``--fit-batches`` (ViT-B/16 on 8 frames a
-#: clip: a step at batch 2 takes half a minute on one core)
-FIT_BATCHES = {"video_clip_base": "1,2"}
+#: base recipes measured at smaller batches than ``--fit-batches``: ViT-B/16 on 8 frames a
+#: clip (a step at batch 2 takes half a minute on one core), 16 s of audio (GBs a sample)
+FIT_BATCHES = {"video_clip_base": "1,2"} | dict.fromkeys(
+    ("clap_base", "wav2vec2_base", "hubert_base", "speechbert_base"), "2,4"
+)
 #: regions per image of the base recipes' data (bottom-up-attention's 36; toyworld draws few)
 BASE_REGIONS = 36
 #: VideoBERT's visual words (12^4) and HuBERT BASE's first-iteration MFCC units
@@ -274,6 +276,11 @@ def read_batches(cfg, steps: int, base: bool):
         if e.modality in ("regions", "features")
         and isinstance(getattr(e, "feature_dim", None), int)
     }
+    # detector class distributions over the objectives' classes (toyworld's detector has few)
+    classes = [getattr(o, "num_classes", 0) for o in cfg.model.objectives.values()]
+    for e in model.encoders.values():
+        if e.modality == "regions" and max(classes, default=0) > 0:
+            wide[f"{e.prefix}region_probs"] = max(classes)
     needs = {
         view: Need(n.modality, {**n.facts, "dim": TOY_FEATURE_DIM}) if "dim" in n.facts else n
         for view, n in model.data_needs().items()
@@ -527,9 +534,10 @@ def main(argv: list[str] | None = None) -> None:
         "--steps",
         type=int,
         default=2,
-        help="training steps (the second reaches the peak: AdamW's moments exist from the first)",
+        help="steps of the resident-size peak (the second reaches it: AdamW's moments exist "
+        "from the first); the CPU's tensor peak is one step more",
     )
-    p.add_argument("--fit-batches", default="2,4", help="CPU: base recipes' measured batches")
+    p.add_argument("--fit-batches", default="4,8", help="CPU: base recipes' measured batches")
     p.add_argument(
         "--checkpointing",
         default="",
