@@ -5,7 +5,10 @@ Data side: dynamic masking of ``mask_prob`` of the real, non-special tokens, rep
 text plug-in, e.g. the entity mentions ``entity``) each annotated span is also masked whole
 with ``span_mask_prob``, as ERNIE 1.0's entity-level masking, and its own id (``<name>_ids``
 at its first piece: an entity-aware fusion's aligned entity) is removed, so the span's words
-must come from the context, not from the entity it names. Loss side: a BERT transform head
+must come from the context, not from the entity it names. With ``mask_phrases`` phrases are
+masked whole as well, each with ``phrase_mask_prob`` (ERNIE 1.0's phrase-level masking): the
+spans of a phrase annotation, or with ``"chunk"`` (for text that has none) the chunks of
+:func:`chunk_words`. Loss side: a BERT transform head
 with the output layer tied to the word embeddings, evaluated **only at masked positions**.
 Legend: B batch, L tokens, D width, M masked positions, V vocabulary.
 """
@@ -75,6 +78,31 @@ def mask_tokens(
     return inputs, labels
 
 
+def chunk_words(
+    ids_BL: torch.Tensor,
+    candidates_BL: torch.Tensor,
+    g: torch.Generator,
+    *,
+    word_starts: torch.Tensor,
+    sentence_ends: torch.Tensor,
+    words: int,
+) -> torch.Tensor:
+    """Long [B,L]: each piece's phrase under a simple chunker (ids in [0, L]; 0 also off-text).
+
+    A stand-in for a lexical chunker where the text carries no phrase annotation: the words
+    (as whole-word masking finds them) of each row are cut into chunks of ``words`` words,
+    the first chunk of a row shortened by a random offset so the cuts fall anywhere, and a
+    sentence end (a piece of ``sentence_ends``) always closes a chunk.
+    """
+    after_text_BL = F.pad(candidates_BL[:, :-1], (1, 0), value=False)
+    starts_BL = candidates_BL & (torch.isin(ids_BL, word_starts) | ~after_text_BL)
+    word_BL = torch.cumsum(starts_BL.long(), dim=1)  # 1-based index of each piece's word
+    offset_B1 = torch.randint(words, (ids_BL.shape[0], 1), generator=g)
+    ended_BL = F.pad(torch.isin(ids_BL, sentence_ends)[:, :-1], (1, 0), value=False)
+    cut_BL = starts_BL & (((word_BL - 1 + offset_B1) % words == 0) | ended_BL)
+    return torch.cumsum(cut_BL.long(), dim=1) * candidates_BL
+
+
 @dataclass
 class MaskTokens:
     """MLM data side over ``<prefix>input_ids``; writes ``<prefix>mlm_labels``.
@@ -100,6 +128,13 @@ class MaskTokens:
     #: a span annotation masked whole with ``span_prob`` ("": none)
     span: str = ""
     span_prob: float = 0.0
+    #: phrases masked whole with ``phrase_prob``: a span annotation, "chunk" (chunk_words
+    #: over ``word_starts`` / ``sentence_ends``, ``phrase_words`` words), "": none
+    phrase: str = ""
+    phrase_prob: float = 0.0
+    phrase_words: int = 3
+    phrase_starts: torch.Tensor | None = None
+    sentence_ends: torch.Tensor | None = None
     #: each row's attention mode drawn first (VLP's mix of bidirectional and seq2seq rows)
     modes: AttentionModes | None = None
 
@@ -118,6 +153,31 @@ class MaskTokens:
         batch[ids_key] = batch[ids_key].masked_fill(drawn_BL & starts_BL, -1)
         return drawn_BL
 
+    def _phrases(self, batch: Batch, real_BL: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        """The pieces of the phrases drawn (each phrase with ``phrase_prob``)."""
+        ids_BL = batch[f"{self.prefix}input_ids"]
+        candidates_BL = real_BL & ~torch.isin(ids_BL, self.special_ids)
+        if self.phrase == "chunk":
+            assert self.phrase_starts is not None and self.sentence_ends is not None
+            phrase_BL = chunk_words(
+                ids_BL,
+                candidates_BL,
+                g,
+                word_starts=self.phrase_starts,
+                sentence_ends=self.sentence_ends,
+                words=self.phrase_words,
+            )
+            return select_positions(candidates_BL, self.phrase_prob, g, groups_BN=phrase_BL)
+        ids_key, inside_key = f"{self.prefix}{self.phrase}_ids", f"{self.prefix}{self.phrase}_mask"
+        if ids_key not in batch or inside_key not in batch:
+            raise ValueError(
+                f"mlm.mask_phrases={self.phrase!r}: the batch has no {inside_key!r}; name a "
+                "span annotation of data.modalities.text.spans, or 'chunk'"
+            )
+        phrase_BL = torch.cumsum((batch[ids_key] >= 0).long(), dim=1)  # each piece's phrase
+        inside_BL = batch[inside_key] & candidates_BL
+        return select_positions(inside_BL, self.phrase_prob, g, groups_BN=phrase_BL)
+
     def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
         if self.modes is not None:
             batch = self.modes(batch, g)
@@ -127,6 +187,9 @@ class MaskTokens:
         if injected is not None:  # K-BERT's injected triples are never masked
             real = real & ~injected
         spans = self._spans(batch, real.bool(), g) if self.span else None
+        if self.phrase:
+            phrases = self._phrases(batch, real.bool(), g)
+            spans = phrases if spans is None else spans | phrases
         inputs, labels = mask_tokens(
             ids,
             real,
@@ -151,6 +214,20 @@ class MaskTokens:
         batch[f"{self.prefix}input_ids"] = inputs
         batch[f"{self.prefix}mlm_labels"] = labels
         return batch
+
+
+def _check_phrases(cfg: MaskedLM.Config, vocab: VocabInfo) -> None:
+    """One-line errors for ``mlm.mask_phrases`` and its settings."""
+    if not cfg.mask_phrases:
+        return
+    if not 0.0 < cfg.phrase_mask_prob <= 1.0:
+        raise ValueError(f"mlm.phrase_mask_prob must be in (0, 1], got {cfg.phrase_mask_prob}")
+    if cfg.phrase_words < 1:
+        raise ValueError(f"mlm.phrase_words must be >= 1, got {cfg.phrase_words}")
+    if cfg.mask_phrases == cfg.mask_spans:
+        raise ValueError(
+            f"mlm.mask_phrases and mlm.mask_spans name the same annotation {cfg.mask_spans!r}"
+        )
 
 
 @OBJECTIVES.register("mlm")
@@ -178,6 +255,14 @@ class MaskedLM(Objective):
         #: ``span_mask_prob``, their ids removed (ERNIE 1.0's entity masking); "": none
         mask_spans: str = ""
         span_mask_prob: float = 0.5
+        #: ERNIE 1.0's phrase-level masking: phrases also masked whole, each with
+        #: ``phrase_mask_prob`` (their ids kept): a span annotation of the text plug-in
+        #: whose spans are phrases, or "chunk" for text without one (chunks of
+        #: ``phrase_words`` words that never cross a sentence end; needs word-start marks);
+        #: "": none
+        mask_phrases: str = ""
+        phrase_mask_prob: float = 0.15
+        phrase_words: int = 3
         #: {mode: weight}: each row trains under an attention mode drawn by weight
         #: (bidirectional | seq2seq | causal), e.g. VLP's {bidirectional: 1, seq2seq: 1}: a
         #: seq2seq row predicts its masked pieces from the other modalities and its own past,
@@ -205,12 +290,14 @@ class MaskedLM(Objective):
         )
         if cfg.mask_spans and not 0.0 < cfg.span_mask_prob <= 1.0:
             raise ValueError(f"mlm.span_mask_prob must be in (0, 1], got {cfg.span_mask_prob}")
+        _check_phrases(cfg, vocab)
         word_starts = None
-        if cfg.whole_word:
+        if cfg.whole_word or cfg.mask_phrases == "chunk":
             if not vocab.word_starts:
                 raise ValueError(
-                    "mlm.whole_word needs a tokenizer whose pieces mark word starts "
-                    "(sentencepiece's '\u2581'); this vocabulary has none"
+                    f"mlm.{'whole_word' if cfg.whole_word else 'mask_phrases=chunk'} needs a "
+                    "tokenizer whose pieces mark word starts (sentencepiece's '\u2581'); this "
+                    "vocabulary has none"
                 )
             word_starts = torch.tensor(sorted(vocab.word_starts), dtype=torch.long)
         return MaskTokens(
@@ -221,9 +308,14 @@ class MaskedLM(Objective):
             mask_id=vocab.mask_id,
             special_ids=specials,
             random_pool=pool,
-            word_starts=word_starts,
+            word_starts=word_starts if cfg.whole_word else None,
             span=cfg.mask_spans,
             span_prob=cfg.span_mask_prob,
+            phrase=cfg.mask_phrases,
+            phrase_prob=cfg.phrase_mask_prob,
+            phrase_words=cfg.phrase_words,
+            sentence_ends=torch.tensor(sorted(vocab.sentence_ends), dtype=torch.long),
+            phrase_starts=word_starts if cfg.mask_phrases == "chunk" else None,
             modes=AttentionModes(
                 mode_weights(cfg.attention_modes, "mlm.attention_modes"), cfg.modality
             )
