@@ -156,6 +156,7 @@ def test_base_recipe_instantiates_at_published_size(recipe, tiny_world, tmp_path
         # KEPLER: RoBERTa-base's 85M Transformer (+ its MLM head and 822 relations x 768)
         "kepler_base": (85e6, 88e6),
         "kbert_base": (85e6, 88e6),  # K-BERT: BERT-base; the graph is data, not weights
+        "ernie1_base": (85e6, 88e6),  # ERNIE 1.0: BERT-base; knowledge masking adds nothing
     }[recipe.stem]
     assert expected[0] < n < expected[1], f"{recipe.stem}: {n / 1e6:.1f}M parameters"
     widths = {"clip_base": 512, "xlm_tlm_base": 1024, "unicoder_base": 1024, "videobert_base": 1024,
