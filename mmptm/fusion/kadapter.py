@@ -107,6 +107,19 @@ class KAdapterFusion(SingleStreamFusion):
                 init_weights(layer.down, std=ADAPTER_INIT)
                 init_weights(layer.up, std=ADAPTER_INIT)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """A base loaded in part is an error: with ``init_mode: encoders`` tensors of another
+        shape or number are skipped, and a frozen base would keep fresh weights."""
+        got = {k[len(prefix) :] for k in state_dict if k.startswith(f"{prefix}stack.")}
+        own = {k for k in self.state_dict() if k.startswith("stack.")}
+        if got and got != own:
+            raise ValueError(
+                f"kadapter: the checkpoint's base has {len(got)} stack tensors, this fusion "
+                f"{len(own)} (e.g. {sorted(got ^ own)[:2]}): give model.fusion.transformer "
+                "the shape of the run it starts from"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def forward(
         self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
     ) -> FusionOutput:

@@ -103,3 +103,16 @@ def test_kadapter_config_errors() -> None:
         _fusion(facts=[2, 1])
     cfg = from_dict(KAdapterFusion.Config, {"adapters": {"facts": {"layers": [0, 1], "width": 8}}})
     assert cfg.adapters["facts"] == AdapterConfig(layers=[0, 1], width=8)
+
+
+def test_a_base_of_another_depth_is_an_error_not_fresh_weights() -> None:
+    f = _fusion(facts=[0])
+    deeper = SingleStreamFusion(
+        SingleStreamFusion.Config(transformer=TransformerConfig(**{**BASE.__dict__, "layers": 4})),
+        width=D,
+    )
+    with pytest.raises(ValueError, match="base has 64 stack tensors, this fusion 48"):
+        f.load_state_dict(deeper.state_dict(), strict=False)
+    with pytest.raises(ValueError, match="model.fusion.transformer"):
+        f.load_state_dict(_single(2, f).state_dict(), strict=False)
+    f.load_state_dict(_single(3, f).state_dict(), strict=False)  # the same shape loads
