@@ -116,3 +116,21 @@ def test_a_base_of_another_depth_is_an_error_not_fresh_weights() -> None:
     with pytest.raises(ValueError, match="model.fusion.transformer"):
         f.load_state_dict(_single(2, f).state_dict(), strict=False)
     f.load_state_dict(_single(3, f).state_dict(), strict=False)  # the same shape loads
+
+
+def test_published_adapter_size() -> None:
+    """K-Adapter on RoBERTa-large: adapters at layers 0, 11, 22, each layer down 1024 → 768,
+    two post-LN Transformer layers 768 wide (3072 MLP), up 768 → 1024: counted by hand."""
+    large = TransformerConfig(layers=24, heads=16, prenorm=False)
+    cfg = KAdapterFusion.Config(
+        transformer=large, pooler=False,
+        adapters={"facts": AdapterConfig(layers=[0, 11, 22], width=768, depth=2, heads=12)},
+    )  # fmt: skip
+    with torch.device("meta"):
+        f = KAdapterFusion(cfg, width=1024)
+    block = 4 * (768 * 768 + 768) + (768 * 3072 + 3072) + (3072 * 768 + 768) + 2 * 2 * 768
+    layer = (1024 * 768 + 768) + 2 * block + (768 * 1024 + 1024)
+    assert sum(p.numel() for p in f.adapters.parameters()) == 3 * layer  # 47.3M
+    assert sum(p.numel() for p in f.combine.parameters()) == 2048 * 1024 + 1024
+    base = sum(p.numel() for p in f.stack.parameters())
+    assert 300e6 < base < 305e6  # RoBERTa-large's 24 layers: 302M
