@@ -1,0 +1,108 @@
+"""toyworld's NLVR2 analogue: a statement, true or false, about a pair of scenes.
+
+Pair i of a split shows scenes 2i (left) and 2i+1 (right) of toyworld's ``sample_scene(seed,
+split, ·)``. Its statement is one of three kinds, drawn with the pair's own generator:
+
+- "Both images contain a red circle." (true iff each scene has an object of that colour and
+  shape),
+- "Exactly one image contains a red circle." (true iff one scene has one, the other none),
+- "The left image has more objects than the right image." (or "fewer"),
+
+the colour and shape taken from an object of one of the two scenes, so that about as many
+statements are true as false. Samples (``{split}-%06d.tar``, key ``<split>-<i>``):
+``regions.npz`` (left), ``right.regions.npz`` (right), ``txt`` (the statement) and ``json``
+as NLVR2's lines have them: ``identifier``, ``sentence``, ``label`` ("True" / "False"),
+``left``, ``right`` (the scene keys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmptm.data.shards import ShardWriter
+from mmptm.registry import CONVERTERS, default_of
+from mmptm.toyworld.detector import _detections
+from mmptm.toyworld.scene import SPLITS, Scene, sample_scene
+
+_STREAM = 11  # entropy word of the statements, apart from the scenes' own
+
+
+def _has(scene: Scene, color: str, shape: str) -> bool:
+    return any(o.color == color and o.shape == shape for o in scene.objects)
+
+
+def statement(left: Scene, right: Scene, rng: np.random.Generator) -> tuple[str, bool]:
+    """A statement about the pair and its truth (module docstring)."""
+    kind = int(rng.integers(3))
+    if kind == 2:
+        more = bool(rng.integers(2))
+        word = "more" if more else "fewer"
+        n_left, n_right = len(left.objects), len(right.objects)
+        truth = n_left > n_right if more else n_left < n_right
+        return f"The left image has {word} objects than the right image.", truth
+    pool = [*left.objects, *right.objects]
+    o = pool[int(rng.integers(len(pool)))]
+    n = _has(left, o.color, o.shape) + _has(right, o.color, o.shape)
+    if kind == 0:
+        return f"Both images contain a {o.color} {o.shape}.", n == 2
+    return f"Exactly one image contains a {o.color} {o.shape}.", n == 1
+
+
+def write_nlvr2(
+    out: str | Path,
+    *,
+    n_train: int = 2000,
+    n_val: int = 250,
+    n_test: int = 250,
+    seed: int = 0,
+    image_size: int = 64,
+    shard_size: int = 1000,
+) -> dict[str, Any]:
+    """Write ``n_*`` statement pairs per split under ``out`` (module docstring)."""
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    stats: dict[str, Any] = {}
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_test)):
+        scenes = tuple(sample_scene(seed, split, i) for i in range(2 * n))
+        media = _detections(scenes, image_size)
+        true = 0
+        with ShardWriter(root / f"{split}-%06d.tar", shard_size) as writer:
+            for i in range(n):
+                left, right = scenes[2 * i], scenes[2 * i + 1]
+                rng = np.random.default_rng([seed, _STREAM, SPLITS[split], i])
+                text, truth = statement(left, right, rng)
+                ident = f"{split}-{i}"
+                meta = {"identifier": ident, "sentence": text, "label": str(truth),
+                        "left": left.key, "right": right.key}  # fmt: skip
+                writer.write({"__key__": ident, "regions.npz": media[2 * i][1],
+                              "right.regions.npz": media[2 * i + 1][1], "txt": text,
+                              "json": meta})  # fmt: skip
+                true += truth
+        stats[split] = {"pairs": n, "true": true}
+    return stats
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="e.g. data/toyworld/nlvr2")
+    for name in ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"):
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=int, default=default_of(write_nlvr2, name))
+
+
+@CONVERTERS.register(
+    "toyworld-nlvr2", "toyworld's NLVR2 analogue (a statement about two scenes)", _arguments
+)
+def _command(args: argparse.Namespace) -> int:
+    stats = write_nlvr2(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
+                        seed=args.seed, image_size=args.image_size,
+                        shard_size=args.shard_size)  # fmt: skip
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+__all__ = ["statement", "write_nlvr2"]
