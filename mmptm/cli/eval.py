@@ -22,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _fill(ev: argparse.ArgumentParser) -> None:
     ev_sub = ev.add_subparsers(dest="task", required=True)
     adds = (_retrieval, _reversal, _probe, _link_prediction, _xnli, _spans, _vqa, _xret,
-            _captioning, _translation, _transfer)  # fmt: skip
+            _captioning, _translation, _transfer, _pair_tasks)  # fmt: skip
     for add in adds:
         add(ev_sub)
 
@@ -307,6 +307,28 @@ def _eval_vqa(args: argparse.Namespace) -> int:
         overrides=args.overrides,
     )  # fmt: skip
     print(json.dumps(result))
+    return 0
+
+
+def _pair_tasks(ev_sub: argparse._SubParsersAction) -> None:
+    """``mmptm eval refexp`` and ``mmptm eval nlvr2``: accuracy of a fine-tuned run."""
+    helps = {"refexp": "referring expressions: accuracy at IoU >= 0.5 (region_selection)",
+             "nlvr2": "NLVR2: accuracy of the true/false judgements (image_pair)"}  # fmt: skip
+    for task, text in helps.items():
+        p = ev_sub.add_parser(task, help=text)
+        _run_arguments(p)
+        p.add_argument("--split", default="test", choices=_SPLITS)
+        p.add_argument("--shards", default=None)
+        p.set_defaults(fn=_eval_pair_task)
+
+
+def _eval_pair_task(args: argparse.Namespace) -> int:
+    from mmptm.eval.nlvr2 import evaluate_nlvr2
+    from mmptm.eval.refexp import evaluate_refexp
+
+    fn = evaluate_refexp if args.task == "refexp" else evaluate_nlvr2
+    print(json.dumps(fn(args.run, split=args.split, shards=args.shards,
+                        overrides=args.overrides)))  # fmt: skip
     return 0
 
 
