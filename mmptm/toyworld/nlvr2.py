@@ -13,8 +13,8 @@ gives way to the next), so that the words alone say less about the label (a clas
 of the sentence alone still gets 65% right on the test pairs of 1500 training pairs: "both
 images" is more often false, "exactly one image" more often true). Samples
 (``{split}-%06d.tar``, key ``<split>-<i>``): ``regions.npz`` (left), ``right.regions.npz``
-(right), ``txt`` (the statement) and ``json`` as NLVR2's lines have them: ``identifier``, ``sentence``, ``label`` ("True" / "False"),
-``left``, ``right`` (the scene keys).
+(right), ``txt`` (the statement) and ``json`` as NLVR2's lines have them: ``identifier``,
+``sentence``, ``label`` ("True" / "False"), ``left``, ``right`` (the scene keys).
 """
 
 from __future__ import annotations
