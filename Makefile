@@ -5,7 +5,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install browser demo test lint format bench docs docs-build clean
+.PHONY: install browser demo test test-slow lint format bench docs docs-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,12 @@ test: $(STAMP) browser
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(MAKE) --no-print-directory docs-build
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -m "not slow"
+
+# The end-to-end runs marked slow (studies at toy size, the wheel, torchrun, the GPU check's
+# smoke run): minutes more; CI runs them after `make test` (.ci/run).
+test-slow: $(STAMP) browser
+	$(VENV)/bin/pytest -q -m slow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/lint-imports
