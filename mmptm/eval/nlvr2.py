@@ -12,9 +12,7 @@ from typing import Any
 
 import torch
 
-from mmptm.batch import move_to
-from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained
+from mmptm.eval.heads import load_head, split_batches
 from mmptm.objectives.nlvr2 import ImagePairHead, PairRows
 
 
@@ -28,23 +26,13 @@ def evaluate_nlvr2(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Accuracy (%) of a fine-tuned checkpoint's true/false judgements: ``accuracy``, ``n``."""
-    model, tokenizer, cfg = load_pretrained(path, overrides)
-    head = next((o for o in model.objectives.values() if isinstance(o, ImagePairHead)), None)
-    if head is None:
-        raise ValueError(
-            "the model has no image_pair objective (fine-tune one: mmptm finetune nlvr2 init=RUN)"
-        )
-    model.to(device)
-    model.eval()
-    stream = stream_config(
-        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(), seed=cfg.seed
-    )
+    model, head, tokenizer, cfg = load_head(path, ImagePairHead, "image_pair", "nlvr2", overrides)
     rows = PairRows()
     right, n = 0, 0
-    for batch in single_pass(stream):
-        if "__end__" in batch:
-            continue
-        batch = move_to(rows(batch, torch.Generator()), device)
+    for batch in split_batches(
+        model, tokenizer, cfg, split=split, shards=shards, device=device,
+        prepare=lambda b: rows(b, torch.Generator()),
+    ):  # fmt: skip
         pred_B = head.logits(model.fuse(batch)).argmax(-1)
         right += int((pred_B == batch["pair_labels"]).sum())
         n += int(pred_B.numel())

@@ -12,9 +12,7 @@ from typing import Any
 
 import torch
 
-from mmptm.batch import move_to
-from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained
+from mmptm.eval.heads import load_head, split_batches
 from mmptm.objectives.refexp import HIT_IOU, RegionSelection, box_iou
 
 
@@ -28,23 +26,11 @@ def evaluate_refexp(
     device: str = "cpu",
 ) -> dict[str, Any]:
     """Accuracy (%) of a fine-tuned checkpoint's region selection: ``accuracy``, ``n``."""
-    model, tokenizer, cfg = load_pretrained(path, overrides)
-    head = next((o for o in model.objectives.values() if isinstance(o, RegionSelection)), None)
-    if head is None:
-        raise ValueError(
-            "the model has no region_selection objective (fine-tune one: mmptm finetune "
-            "refcoco init=RUN)"
-        )
-    model.to(device)
-    model.eval()
-    stream = stream_config(
-        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(), seed=cfg.seed
+    model, head, tokenizer, cfg = load_head(
+        path, RegionSelection, "region_selection", "refcoco", overrides
     )
     hits, n = 0, 0
-    for batch in single_pass(stream):
-        if "__end__" in batch:
-            continue
-        batch = move_to(batch, device)
+    for batch in split_batches(model, tokenizer, cfg, split=split, shards=shards, device=device):
         pick_B = head.predict(model.fuse(batch), batch)
         boxes_BR4 = batch["region_boxes"].float()
         picked_B4 = boxes_BR4.gather(1, pick_B[:, None, None].expand(-1, 1, 4)).squeeze(1)

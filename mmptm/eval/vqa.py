@@ -10,9 +10,7 @@ from typing import Any
 
 import torch
 
-from mmptm.batch import move_to
-from mmptm.data.pipeline import single_pass, stream_config
-from mmptm.models.load import load_pretrained
+from mmptm.eval.heads import load_head, split_batches
 from mmptm.objectives.vqa import VQAHead, soft_score
 
 
@@ -55,24 +53,13 @@ def evaluate_vqa(
     Questions without answers (a test-dev style split) are predicted but not scored. Keys:
     ``accuracy``, ``scored``, ``predicted`` and ``per_answer_type`` (yes/no, number, other).
     """
-    model, tokenizer, cfg = load_pretrained(path, overrides)
-    head = next((o for o in model.objectives.values() if isinstance(o, VQAHead)), None)
-    if head is None:
-        raise ValueError(
-            "the model has no vqa objective (fine-tune one: mmptm finetune vqa init=RUN)"
-        )
-    model.to(device)
-    stream = stream_config(
-        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(), seed=cfg.seed
-    )
+    model, head, tokenizer, cfg = load_head(path, VQAHead, "vqa", "vqa", overrides)
     predictions: dict[int, str] = {}
     scores: list[float] = []
     by_type: dict[str, list[float]] = defaultdict(list)
-    for batch in single_pass(stream):
-        if "__end__" in batch:
-            continue
+    for batch in split_batches(model, tokenizer, cfg, split=split, shards=shards, device=device):
         answers = batch.get("answers")
-        pred_B = head.predict(model.fuse(move_to(batch, device))).cpu()
+        pred_B = head.predict(model.fuse(batch)).cpu()
         for b, answer in enumerate(head.answer_strings(pred_B)):
             predictions[int(batch["question_id"][b])] = answer
             if answers and answers[b]:
