@@ -91,3 +91,31 @@ def pool(x_BND: torch.Tensor, mask_BN: torch.Tensor, how: str) -> torch.Tensor:
         last_B = N - 1 - mask_BN.flip(1).int().argmax(1)  # the last True of each row
         return x_BND[torch.arange(len(x_BND), device=x_BND.device), last_B]
     raise ValueError(f"unknown pooling {how!r}; choices: {', '.join(POOLINGS)}")
+
+
+def join_tokens(
+    tokens: dict[str, ModalityTokens],
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """The modalities' tokens [B,N,D] and key masks [B,N] concatenated in order, and each
+    modality's length (what one joint Transformer reads)."""
+    sizes = [t.tokens.shape[1] for t in tokens.values()]
+    x_BND = torch.cat([t.tokens for t in tokens.values()], dim=1)
+    mask_BN = torch.cat([t.mask for t in tokens.values()], dim=1)
+    return x_BND, mask_BN, sizes
+
+
+def split_joint(
+    x_BND: torch.Tensor,
+    tokens: dict[str, ModalityTokens],
+    sizes: list[int],
+    how: str,
+    pooler: nn.Module | None,
+) -> FusionOutput:
+    """A joint Transformer's states split back per modality and pooled (``how``), with
+    ``pooled["joint"]`` from the first token (through ``pooler``, if any)."""
+    hidden = dict(zip(tokens, torch.split(x_BND, sizes, dim=1)))
+    mask = {m: t.mask for m, t in tokens.items()}
+    pooled = {m: pool(hidden[m], mask[m], how) for m in tokens}
+    first_BD = x_BND[:, 0]
+    pooled["joint"] = pooler(first_BD) if pooler is not None else first_BD
+    return FusionOutput(hidden, mask, pooled)

@@ -36,7 +36,7 @@ from torch import nn
 from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
 from mmptm.encoders.entities import EntityTable, EntityTableConfig
-from mmptm.fusion.base import Fusion, FusionOutput, pool
+from mmptm.fusion.base import Fusion, FusionOutput, join_tokens, split_joint
 from mmptm.layers import Attention, TransformerBlock, TransformerConfig
 from mmptm.layers.transformer import ACTIVATIONS
 from mmptm.modalities.base import Need
@@ -223,10 +223,7 @@ class ErnieFusion(Fusion):
     def forward(
         self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
     ) -> FusionOutput:
-        names = list(tokens)
-        sizes = [tokens[m].tokens.shape[1] for m in names]
-        x_BND = torch.cat([tokens[m].tokens for m in names], dim=1)
-        mask_BN = torch.cat([tokens[m].mask for m in names], dim=1)
+        x_BND, mask_BN, sizes = join_tokens(tokens)
         ids_BN = self.entity_ids(tokens, batch)
         has_BN = (ids_BN >= 0) & mask_BN
         for block in self.blocks:  # T-Encoder
@@ -235,12 +232,7 @@ class ErnieFusion(Fusion):
         for layer in self.knowledge:  # K-Encoder
             x_BND, e_BNK = layer(x_BND, e_BNK, mask_BN, has_BN)
         x_BND = self.norm(x_BND)
-        hidden = dict(zip(names, torch.split(x_BND, sizes, dim=1)))
-        mask = {m: tokens[m].mask for m in names}
-        pooled = {m: pool(hidden[m], mask[m], self.cfg.modality_pooling) for m in names}
-        first_BD = x_BND[:, 0]
-        pooled["joint"] = self.pooler(first_BD) if self.pooler is not None else first_BD
-        return FusionOutput(hidden, mask, pooled)
+        return split_joint(x_BND, tokens, sizes, self.cfg.modality_pooling, self.pooler)
 
 
 __all__ = ["ENTITY_INPUTS", "ErnieFusion", "KnowledgeLayer", "entity_need"]

@@ -23,7 +23,7 @@ from torch import nn
 
 from mmptm.batch import Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
-from mmptm.fusion.base import FusionOutput, pool
+from mmptm.fusion.base import FusionOutput, join_tokens, split_joint
 from mmptm.fusion.single_stream import SingleStreamFusion
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.registry import FUSIONS
@@ -123,10 +123,7 @@ class KAdapterFusion(SingleStreamFusion):
     def forward(
         self, tokens: dict[str, ModalityTokens], batch: Batch | None = None
     ) -> FusionOutput:
-        names = list(tokens)
-        sizes = [tokens[m].tokens.shape[1] for m in names]
-        x_BND = torch.cat([tokens[m].tokens for m in names], dim=1)
-        mask_BN = torch.cat([tokens[m].mask for m in names], dim=1)
+        x_BND, mask_BN, sizes = join_tokens(tokens)
         visible_BNN = self.visibility(tokens, batch)
         attn = mask_BN if visible_BNN is None else visible_BNN
         states = [x_BND]  # the base's hidden states: its input, then each layer's output
@@ -135,12 +132,7 @@ class KAdapterFusion(SingleStreamFusion):
         base_BND = self.stack.norm(states[-1])
         outs = [adapter(states, attn) for adapter in self.adapters.values()]
         h_BND = self.combine(torch.cat([base_BND, *outs], dim=-1))  # [B,N,(1+A)D] -> [B,N,D]
-        hidden = dict(zip(names, torch.split(h_BND, sizes, dim=1)))
-        mask = {m: tokens[m].mask for m in names}
-        pooled = {m: pool(hidden[m], mask[m], self.cfg.modality_pooling) for m in names}
-        first_BD = h_BND[:, 0]
-        pooled["joint"] = self.pooler(first_BD) if self.pooler is not None else first_BD
-        return FusionOutput(hidden, mask, pooled)
+        return split_joint(h_BND, tokens, sizes, self.cfg.modality_pooling, self.pooler)
 
 
 def _check(cfg: KAdapterFusion.Config) -> None:

@@ -19,7 +19,7 @@ from torch import nn
 
 from mmptm.batch import ATTENTION_MODE, ATTENTION_MODES, ATTENTION_TARGET, Batch
 from mmptm.encoders.base import ModalityTokens, init_weights
-from mmptm.fusion.base import Fusion, FusionOutput, pool
+from mmptm.fusion.base import Fusion, FusionOutput, join_tokens, pool, split_joint
 from mmptm.layers import TransformerConfig, TransformerStack
 from mmptm.registry import FUSIONS
 
@@ -120,17 +120,9 @@ class SingleStreamFusion(Fusion):
     def _joint(
         self, tokens: dict[str, ModalityTokens], visible_BNN: torch.Tensor | None = None
     ) -> FusionOutput:
-        names = list(tokens)
-        sizes = [tokens[m].tokens.shape[1] for m in names]
-        x_BND = torch.cat([tokens[m].tokens for m in names], dim=1)
-        mask_BN = torch.cat([tokens[m].mask for m in names], dim=1)
+        x_BND, mask_BN, sizes = join_tokens(tokens)
         x_BND = self.stack(x_BND, mask_BN if visible_BNN is None else visible_BNN)
-        hidden = dict(zip(names, torch.split(x_BND, sizes, dim=1)))
-        mask = {m: tokens[m].mask for m in names}
-        pooled = {m: pool(hidden[m], mask[m], self.cfg.modality_pooling) for m in names}
-        first_BD = x_BND[:, 0]
-        pooled["joint"] = self.pooler(first_BD) if self.pooler is not None else first_BD
-        return FusionOutput(hidden, mask, pooled)
+        return split_joint(x_BND, tokens, sizes, self.cfg.modality_pooling, self.pooler)
 
 
 def mode_patterns(
