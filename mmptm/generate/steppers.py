@@ -94,9 +94,7 @@ class FusionStepper:
         batch[ATTENTION_MODE] = torch.full((B,), self.mode, dtype=torch.long, device=ids_BT.device)
         batch[ATTENTION_TARGET] = self.view
         h_BD = self.model.fuse(batch).hidden[self.view][:, -1]
-        head = getattr(self.objective, "head", None)
-        logits_BV = head(h_BD) if head is not None else self.objective.logits(h_BD)
-        return logits_BV, state
+        return self.objective.logits(h_BD), state
 
     def reorder(self, state: Batch, index_B: torch.Tensor) -> Batch:
         rows = {

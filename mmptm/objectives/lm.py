@@ -378,6 +378,10 @@ class CausalLM(Objective):
         self.prefix = view_prefix("text", cfg.modality)
         self.start_id, self.eos_id = vocab.cls_id, vocab.sep_id
 
+    def logits(self, h_MD: torch.Tensor) -> torch.Tensor:
+        """Next-piece logits [M,V] of states [M,D] (what decoding reads, as MLM's ``logits``)."""
+        return self.head(h_MD)
+
     def forward(self, out: FusionOutput, batch: Batch) -> dict[str, torch.Tensor]:
         p = self.prefix
         ids_BL, mask_BL = batch[f"{p}input_ids"], batch[f"{p}attention_mask"].bool()
