@@ -78,7 +78,9 @@ def evaluate_captioning(
     of writing the run's most frequent training caption for every sample."""
     gen = run if isinstance(run, Generator) else Generator.load(run, overrides, device)
     decoding = decoding or DecodeConfig()
-    lang = lang or _first_language(gen)
+    lang = lang or gen.default_language
+    if lang is None:
+        raise ValueError("the run names no language: pass --lang")
     text = gen.cfg.data.modalities.get("text")
     field = getattr(text, "captions_field", "captions")
     items = [
@@ -115,14 +117,6 @@ def most_frequent_caption(spec: str, field: str, lang: str, limit: int = 20000) 
     for _, meta in raw_samples(spec, limit):
         counts.update(_references(meta, field, lang))
     return counts.most_common(1)[0][0] if counts else ""
-
-
-def _first_language(gen: Generator) -> str:
-    text = gen.cfg.data.modalities.get("text")
-    first = list(getattr(text, "caption_languages", ()) or ()) or list(gen.tokenizer.languages)
-    if not first:
-        raise ValueError("the run names no language: pass --lang")
-    return first[0]
 
 
 def _references(meta: dict, field: str, lang: str) -> list[str]:

@@ -105,14 +105,19 @@ class Generator:
         """Shard members a sample may bring for each conditioning plug-in."""
         return sorted({m for p in self.plugins for m in p.members})
 
+    @property
+    def default_language(self) -> str | None:
+        """The language written when none is asked for: the run's first caption language,
+        else its tokenizer's first (None for a tokenizer without languages)."""
+        text = self.cfg.data.modalities.get("text")
+        first = list(getattr(text, "caption_languages", ()) or ())
+        first += list(getattr(self.tokenizer, "languages", ()))
+        return first[0] if first else None
+
     def language_index(self, lang: str | None) -> int:
-        """The index of the language to write (``None``: the run's first caption language,
-        else its tokenizer's first)."""
+        """The index of the language to write (``None``: :attr:`default_language`)."""
         languages = list(getattr(self.tokenizer, "languages", ()))
-        if lang is None:
-            text = self.cfg.data.modalities.get("text")
-            first = list(getattr(text, "caption_languages", ()) or languages[:1])
-            lang = first[0] if first else None
+        lang = lang or self.default_language
         if lang is None:
             return 0
         if lang not in languages:

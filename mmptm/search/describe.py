@@ -107,11 +107,5 @@ def _describe(
         except ValueError as e:
             raise HTTPException(400, f"{name!r}: {e}") from None
         ms = 1000 * (time.perf_counter() - t0)
-    written = lang or _language(gen)
+    written = lang or gen.default_language
     return DescribeOut(text=out.text, lang=written, latency_ms=round(ms, 3))
-
-
-def _language(gen: Generator) -> str | None:
-    languages = list(getattr(gen.tokenizer, "languages", ()))
-    i = gen.language_index(None)
-    return languages[i] if languages else None
