@@ -311,9 +311,10 @@ def _eval_vqa(args: argparse.Namespace) -> int:
 
 
 def _pair_tasks(ev_sub: argparse._SubParsersAction) -> None:
-    """``mmptm eval refexp`` and ``mmptm eval nlvr2``: accuracy of a fine-tuned run."""
+    """``mmptm eval refexp``, ``nlvr2`` and ``vcr``: accuracy of a fine-tuned run."""
     helps = {"refexp": "referring expressions: accuracy at IoU >= 0.5 (region_selection)",
-             "nlvr2": "NLVR2: accuracy of the true/false judgements (image_pair)"}  # fmt: skip
+             "nlvr2": "NLVR2: accuracy of the true/false judgements (image_pair)",
+             "vcr": "VCR: Q->A, QA->R and Q->AR accuracy (multiple_choice)"}  # fmt: skip
     for task, text in helps.items():
         p = ev_sub.add_parser(task, help=text)
         _run_arguments(p)
@@ -325,8 +326,9 @@ def _pair_tasks(ev_sub: argparse._SubParsersAction) -> None:
 def _eval_pair_task(args: argparse.Namespace) -> int:
     from mmptm.eval.nlvr2 import evaluate_nlvr2
     from mmptm.eval.refexp import evaluate_refexp
+    from mmptm.eval.vcr import evaluate_vcr
 
-    fn = evaluate_refexp if args.task == "refexp" else evaluate_nlvr2
+    fn = {"refexp": evaluate_refexp, "nlvr2": evaluate_nlvr2, "vcr": evaluate_vcr}[args.task]
     print(json.dumps(fn(args.run, split=args.split, shards=args.shards,
                         overrides=args.overrides)))  # fmt: skip
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from mmptm.batch import END, Batch, move_to
+from mmptm.batch import END, Batch, BatchTransform, move_to
 from mmptm.data.pipeline import single_pass, stream_config
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
@@ -38,13 +38,17 @@ def split_batches(
     shards: str | None,
     device: str,
     prepare: Callable[[Batch], Batch] | None = None,
+    transforms: Sequence[BatchTransform] = (),
 ) -> Iterator[Batch]:
     """One pass over ``split`` (or ``shards``) as the run's config reads it, each batch
-    ``prepare``d (on the CPU) and moved to ``device``; ``model`` is moved there too."""
+    ``prepare``d (on the CPU) and moved to ``device``; ``model`` is moved there too.
+    ``transforms`` (data sides) run among the plug-ins' batch stages by priority: a data side
+    that must come before one of them (the text pairs' joining) goes here, not in ``prepare``."""
     model.to(device)
     stream = stream_config(
-        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(), seed=cfg.seed
-    )
+        cfg.data, tokenizer, split=split, shards=shards, needs=model.data_needs(),
+        transforms=transforms, seed=cfg.seed,
+    )  # fmt: skip
     for batch in single_pass(stream):
         if END in batch:
             continue

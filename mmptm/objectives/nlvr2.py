@@ -26,6 +26,7 @@ from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
+from mmptm.objectives.rows import repeat_rows
 from mmptm.registry import OBJECTIVES
 
 #: region keys of the left image → the right image's
@@ -63,17 +64,8 @@ class PairRows:
                 continue
             if key.startswith("region_"):  # detector outputs the right image lacks
                 continue
-            out[key] = _repeat(value, B)
+            out[key] = repeat_rows(value, B, 2)
         return out
-
-
-def _repeat(value: Any, B: int) -> Any:
-    """A per-sample value, each row twice; anything else unchanged."""
-    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == B:
-        return value.repeat_interleave(2, dim=0)
-    if isinstance(value, list) and len(value) == B:
-        return [v for v in value for _ in (0, 1)]
-    return value
 
 
 @OBJECTIVES.register("image_pair")
