@@ -33,7 +33,7 @@ Legend: B samples, R rows (windows), L pieces, D width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +165,9 @@ class ExtractiveQA(Objective):
         #: an answer spans at most this many pieces
         max_answer_len: int = 30
         dropout: float = 0.1
+        #: the evaluation's answer normalisation: squad (evaluate-v1.1.py) or mlqa (by the
+        #: answer's language, mlqa_evaluation_v1.py; mmptm.eval.qa)
+        metric: Literal["squad", "mlqa"] = "squad"
 
     def __init__(self, cfg: Config, *, width: int, **_: object) -> None:
         super().__init__()
