@@ -17,7 +17,8 @@ DATA_COMMANDS = {
     "toyworld", "parallel", "text", "xnli", "coco", "vqa", "answers", "msrvtt", "videos",
     "video-features", "clotho", "audiocaps", "esc50", "librispeech", "typing", "relations",
     "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx", "squad",
-    "toyworld-tasks", "toyworld-refexp", "refcoco", "toyworld-nlvr2", "nlvr2",
+    "toyworld-tasks", "toyworld-refexp", "refcoco", "toyworld-nlvr2", "nlvr2", "toyworld-vcr",
+    "vcr",
 }  # fmt: skip
 
 
