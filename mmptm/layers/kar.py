@@ -13,6 +13,7 @@ Legend: B batch, L tokens, D width, E entity width, M mention spans, C candidate
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -56,10 +57,11 @@ class KnowledgeAttention(nn.Module):
         spans_BM2: torch.Tensor,
         cand_BMC: torch.Tensor,
         prior_BMC: torch.Tensor,
-        entities: nn.Embedding,
+        entities: Callable[[torch.Tensor], torch.Tensor],
     ) -> KAROutput:
         """``spans_BM2``: [first, last] piece of each candidate span (-1: no span);
-        ``cand_BMC``: entity rows of ``entities`` (-1: none); ``prior_BMC``: p(e | alias)."""
+        ``cand_BMC``: entity rows (-1: none) that ``entities`` (an ``nn.Embedding``, an entity
+        table's ``rows``) turns into vectors [B,M,C,E]; ``prior_BMC``: p(e | alias)."""
         p_BLE = self.proj(h_BLD)
         has_BM = spans_BM2[..., 0] >= 0
         pos_L = torch.arange(h_BLD.shape[1], device=h_BLD.device)

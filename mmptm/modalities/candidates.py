@@ -1,0 +1,193 @@
+"""KnowBERT's candidate mentions (Peters et al., 2019): ``json.candidates`` → span tensors.
+
+``mmptm data candidates`` writes, offline, each text sample's candidate spans over its
+``txt`` member: ``[[start, end, [entity, ...], [prior, ...], gold], ...]`` (characters, end
+exclusive; ``gold`` the index of the gold entity among the candidates, -1 none). This
+plug-in, declared by the ``knowbert`` fusion with the entity table's id list, maps them
+through the tokenizer's offsets to the text view's pieces (``[CLS]`` is piece 0) and writes
+
+- ``candidate_spans [B,M,2]``: first and last piece of each span (-1: padding),
+- ``candidate_ids [B,M,C]``: rows of the entity table (-1: padding; ids the id list lacks
+  are dropped, and so is a gold entity among them),
+- ``candidate_priors [B,M,C]``: p(e | alias), 0 on padding,
+- ``candidate_gold [B,M]``: the gold candidate's index (-1: none),
+- ``candidate_mask [B,M]``: True on real spans.
+
+M and C are the batch's largest (at least 1). A span that covers no piece, or whose pieces
+the text view's ``max_len`` cuts off (the batch stage :class:`DropTruncated`, from the
+view's lengths), is dropped and counted (:attr:`CandidatesData.dropped`, logged at 1, 10,
+100...). A sample without the field has no spans (a source without candidates).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from mmptm.batch import Batch
+from mmptm.modalities.base import Modality, Sample, read_id_list, view_prefix
+from mmptm.registry import MODALITIES
+
+log = logging.getLogger(__name__)
+
+KEYS = ("candidate_spans", "candidate_ids", "candidate_priors", "candidate_gold", "candidate_mask")
+
+
+def _count(counter: Counter[str], why: str, n: int) -> None:
+    """Add ``n`` dropped spans; log at 1, 10, 100, ... of a kind."""
+    before = counter[why]
+    counter[why] += n
+    if n and (before == 0 or len(str(before)) != len(str(before + n))):
+        log.warning("candidate spans dropped so far (%s): %d", why, counter[why])
+
+
+def piece_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """(first, last) piece, counted from ``[CLS]`` = 0, of the pieces the characters
+    ``[start, end)`` overlap; (-1, -1) when none does."""
+    covered = [t for t, (a, b) in enumerate(offsets) if a < b and a < end and b > start]
+    return (covered[0] + 1, covered[-1] + 1) if covered else (-1, -1)
+
+
+@dataclass
+class DropTruncated:
+    """The batch stage that drops spans whose pieces the text view's ``max_len`` cut off
+    (priority 14: before pair packing and masking)."""
+
+    data_priority: ClassVar[int] = 14
+
+    text_prefix: str
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        spans_BM2 = batch.get("candidate_spans")
+        real_BL = batch.get(f"{self.text_prefix}attention_mask")
+        if spans_BM2 is None or real_BL is None:
+            return batch
+        last_B = real_BL.sum(1) - 2  # the last real piece before [SEP]
+        cut_BM = (spans_BM2[..., 1] > last_B[:, None]) & batch["candidate_mask"]
+        n = int(cut_BM.sum())
+        if n:
+            _count(self.dropped, "cut off by max_len", n)
+            batch["candidate_spans"] = spans_BM2.masked_fill(cut_BM[..., None], -1)
+            batch["candidate_ids"] = batch["candidate_ids"].masked_fill(cut_BM[..., None], -1)
+            batch["candidate_priors"] = batch["candidate_priors"].masked_fill(
+                cut_BM[..., None], 0.0
+            )
+            batch["candidate_gold"] = batch["candidate_gold"].masked_fill(cut_BM, -1)
+            batch["candidate_mask"] = batch["candidate_mask"] & ~cut_BM
+        return batch
+
+
+@MODALITIES.register("candidates")
+class CandidatesData(Modality):
+    """A text sample's candidate mention spans and their entities (module docstring)."""
+
+    members: ClassVar[tuple[str, ...]] = ("txt", "json")
+    keys: ClassVar[tuple[str, ...]] = KEYS
+
+    @dataclass
+    class Config:
+        type: str = "candidates"
+        #: the json field ``mmptm data candidates`` wrote
+        field: str = "candidates"
+        #: the text view the spans index (its ``max_len`` truncation drops spans)
+        text_view: str = "text"
+        #: id list whose rows the entity ids become (the entity table's); "" = integer ids
+        entities: str = ""
+        #: candidates per span kept, best prior first (KnowBERT: 30)
+        max_candidates: int = 30
+
+    def __init__(self, cfg: Config, **kwargs: Any) -> None:
+        super().__init__(cfg, **kwargs)
+        if self.context.tokenizer is None:
+            raise ValueError("the candidates modality needs a tokenizer (data.tokenizer)")
+        if cfg.max_candidates < 1:
+            raise ValueError(
+                f"data.modalities.candidates.max_candidates must be >= 1, got {cfg.max_candidates}"
+            )
+        if self.context.pack:
+            raise ValueError(
+                f"data.sources {sorted(self.context.pack)} pack rows; candidate spans index "
+                "one sentence per row (turn packing off)"
+            )
+        self.rows = read_id_list(cfg.entities) if cfg.entities else None
+        self.stage = DropTruncated(view_prefix("text", cfg.text_view))
+        #: spans dropped in this process, by why (the stage's count is its worker's)
+        self.dropped: Counter[str] = self.stage.dropped
+
+    def _row(self, entity: Any) -> int:
+        """The table row of an entity id (-1: unknown to the id list)."""
+        if self.rows is not None and isinstance(entity, str):
+            return self.rows.get(entity, -1)
+        if isinstance(entity, int) and not isinstance(entity, bool) and entity >= 0:
+            return entity
+        raise ValueError(
+            f"candidate entity {entity!r} is not an id of {self.cfg.entities or 'a list'}"
+        )
+
+    def decode(self, sample: Sample, meta: dict[str, Any], rng: random.Random | None) -> Sample:
+        found = meta.get(self.cfg.field)
+        spans: list[tuple[int, int, list[int], list[float], int]] = []
+        if found is not None:
+            if "txt" not in sample:
+                raise ValueError(f"json {self.cfg.field!r} annotates the txt member; none here")
+            text = sample["txt"].decode("utf-8")
+            _, offsets = self.context.tokenizer.encode_with_offsets(text)
+            if not isinstance(found, list):
+                raise ValueError(f"json {self.cfg.field!r} must be a list of spans")
+            for span in found:
+                one = self._span(span, offsets, len(text))
+                if one is not None:
+                    spans.append(one)
+        return {"candidates": spans}
+
+    def _span(
+        self, span: Any, offsets: Sequence[tuple[int, int]], n_chars: int
+    ) -> tuple[int, int, list[int], list[float], int] | None:
+        """One span in pieces with its rows, priors and gold; None when it covers no piece."""
+        ok = isinstance(span, list) and len(span) == 5 and isinstance(span[2], list)
+        ok = ok and isinstance(span[3], list) and len(span[2]) == len(span[3])
+        if not ok or not 0 <= span[0] < span[1] <= n_chars:
+            raise ValueError(
+                f"candidate span {str(span)[:80]} is not [start, end, [ids], [priors], gold] "
+                f"within the text ({n_chars} characters)"
+            )
+        start, end, ids, priors, gold = span
+        first, last = piece_span(offsets, start, end)
+        if first < 0:
+            _count(self.dropped, "no piece", 1)
+            return None
+        kept = [(i, self._row(e), float(p)) for i, (e, p) in enumerate(zip(ids, priors))]
+        kept = [k for k in kept if k[1] >= 0][: self.cfg.max_candidates]
+        new_gold = next((j for j, k in enumerate(kept) if k[0] == gold), -1)
+        return first, last, [k[1] for k in kept], [k[2] for k in kept], new_gold
+
+    def collate(self, samples: Sequence[Sample]) -> dict[str, Any]:
+        per = [s["candidates"] for s in samples]
+        B = len(per)
+        M = max(1, *(len(p) for p in per))
+        C = max(1, *(len(c[2]) for p in per for c in p)) if any(per) else 1
+        out = {
+            "candidate_spans": torch.full((B, M, 2), -1, dtype=torch.long),
+            "candidate_ids": torch.full((B, M, C), -1, dtype=torch.long),
+            "candidate_priors": torch.zeros(B, M, C),
+            "candidate_gold": torch.full((B, M), -1, dtype=torch.long),
+            "candidate_mask": torch.zeros(B, M, dtype=torch.bool),
+        }
+        for b, spans in enumerate(per):
+            for m, (first, last, rows, priors, gold) in enumerate(spans):
+                out["candidate_spans"][b, m] = torch.tensor([first, last])
+                out["candidate_ids"][b, m, : len(rows)] = torch.tensor(rows, dtype=torch.long)
+                out["candidate_priors"][b, m, : len(priors)] = torch.tensor(priors)
+                out["candidate_gold"][b, m] = gold
+                out["candidate_mask"][b, m] = True
+        return out
+
+    def transforms(self) -> list[Any]:
+        return [self.stage]
