@@ -22,7 +22,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 def _fill(ev: argparse.ArgumentParser) -> None:
     ev_sub = ev.add_subparsers(dest="task", required=True)
     adds = (_retrieval, _reversal, _probe, _link_prediction, _xnli, _spans, _vqa, _xret,
-            _captioning, _translation, _transfer, _pair_tasks)  # fmt: skip
+            _captioning, _translation, _transfer, _pair_tasks, _bucc)  # fmt: skip
     for add in adds:
         add(ev_sub)
 
@@ -319,7 +319,9 @@ def _pair_tasks(ev_sub: argparse._SubParsersAction) -> None:
         p = ev_sub.add_parser(task, help=text)
         _run_arguments(p)
         p.add_argument("--split", default="test", choices=_SPLITS)
-        p.add_argument("--shards", default=None)
+        p.add_argument("--shards", default=None, help="a shard spec instead of the split's")
+        p.add_argument("--set", action="append", help="NAME=SHARDS, repeatable (RefCOCO's "
+                       "testA, testB): one result per set")  # fmt: skip
         p.set_defaults(fn=_eval_pair_task)
 
 
@@ -329,9 +331,24 @@ def _eval_pair_task(args: argparse.Namespace) -> int:
     from mmptm.eval.vcr import evaluate_vcr
 
     fn = {"refexp": evaluate_refexp, "nlvr2": evaluate_nlvr2, "vcr": evaluate_vcr}[args.task]
-    print(json.dumps(fn(args.run, split=args.split, shards=args.shards,
-                        overrides=args.overrides)))  # fmt: skip
+    if not args.set:
+        print(json.dumps(fn(args.run, split=args.split, shards=args.shards,
+                            overrides=args.overrides)))  # fmt: skip
+        return 0
+    if args.shards:
+        raise ValueError("give --shards or --set NAME=SHARDS, not both")
+    sets = _named_sets(args.set)
+    print(json.dumps({name: fn(args.run, shards=spec, overrides=args.overrides)
+                      for name, spec in sets.items()}))  # fmt: skip
     return 0
+
+
+def _named_sets(items: list[str]) -> dict[str, str]:
+    """``NAME=SHARDS`` flags as a mapping; a one-line error for one without ``=``."""
+    bad = [s for s in items if "=" not in s or not s.split("=", 1)[0]]
+    if bad:
+        raise ValueError(f"--set {bad[0]!r}: expected NAME=SHARDS")
+    return dict(s.split("=", 1) for s in items)
 
 
 def _xret(ev_sub: argparse._SubParsersAction) -> None:
@@ -342,7 +359,7 @@ def _xret(ev_sub: argparse._SubParsersAction) -> None:
     xr.add_argument("--shards", required=True, help="parallel-text shards")
     xr.add_argument("--pivot", default=default_of(fn, "pivot"))
     xr.add_argument("--max-items", type=int, default=default_of(fn, "max_per_language"),
-                    help="pairs per language")  # fmt: skip
+                    help="pairs per language (0: all; Tatoeba has 1000)")  # fmt: skip
     xr.add_argument("--pooling", default="auto",
                     help="auto (the aligned vector, if the recipe trains one, and the last "
                     "layer's mean) | mean | first | an aligned objective's name")  # fmt: skip
@@ -352,6 +369,10 @@ def _xret(ev_sub: argparse._SubParsersAction) -> None:
         default=default_of(fn, "layer"),
         help="for mean/first: 0 = embeddings, k = block k, -1 = last (default)",
     )
+    xr.add_argument("--direction", default=default_of(fn, "direction"),
+                    choices=["both", "to-pivot", "from-pivot"],
+                    help="both averaged, or one way: to-pivot is XTREME's Tatoeba (each "
+                    "sentence's nearest English)")  # fmt: skip
     xr.add_argument("--center", action="store_true",
                     help="subtract each language's mean vector before the cosine (Libovický et "
                     "al. 2020)")  # fmt: skip
@@ -367,9 +388,46 @@ def _eval_xret(args: argparse.Namespace) -> int:
     result = evaluate_xlingual_vectors(
         args.run, args.shards, poolings=poolings, layer=args.layer, pivot=args.pivot,
         max_per_language=args.max_items, overrides=args.overrides, center=args.center,
+        direction=args.direction,
     )  # fmt: skip
-    print(f"{Path(args.run).name or args.run}: accuracy, both directions, per language")
+    way = {"both": "both directions", "to-pivot": f"each language → {args.pivot}",
+           "from-pivot": f"{args.pivot} → each language"}[args.direction]  # fmt: skip
+    print(f"{Path(args.run).name or args.run}: accuracy, {way}, per language")
     print(format_accuracy(result))
+    print(json.dumps(result))
+    return 0
+
+
+def _bucc(ev_sub: argparse._SubParsersAction) -> None:
+    from mmptm.eval.bucc import evaluate_bucc as fn
+
+    b = ev_sub.add_parser(
+        "bucc", help="BUCC bitext mining F1 (margin scores; threshold chosen on --dev)"
+    )
+    _run_arguments(b)
+    b.add_argument("--dev", required=True, help="BUCC shards where the threshold is chosen "
+                   "(BUCC's sample split)")  # fmt: skip
+    b.add_argument("--test", default=None, help="BUCC shards scored at that threshold "
+                   "(XTREME: BUCC's training split); default: --dev's own best F1")  # fmt: skip
+    b.add_argument("--pooling", default=default_of(fn, "pooling"),
+                   help="mean | first | auto | an aligned objective's name")  # fmt: skip
+    b.add_argument("--layer", type=int, default=default_of(fn, "layer"),
+                   help="for mean/first: 0 = embeddings, k = block k, -1 = last (default); "
+                   "XTREME reads layer 7 of 12")  # fmt: skip
+    b.add_argument("--k", type=int, default=default_of(fn, "k"), help="margin neighbours")
+    b.add_argument("--out", default=None, help="also write the result as JSON here")
+    b.set_defaults(fn=_eval_bucc)
+
+
+def _eval_bucc(args: argparse.Namespace) -> int:
+    from mmptm.eval.bucc import evaluate_bucc, format_bucc
+
+    result = evaluate_bucc(args.run, args.dev, args.test, pooling=args.pooling, layer=args.layer,
+                           k=args.k, overrides=args.overrides)  # fmt: skip
+    print(f"{Path(args.run).name or args.run}: BUCC F1 per language ({result['vector']})")
+    print(format_bucc(result))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0
 
@@ -465,6 +523,9 @@ def _transfer(ev_sub: argparse._SubParsersAction) -> None:
     t.add_argument("--finetune", action="store_true",
                    help="RUN is a recipe: fine-tune it (init=...) on its data.train (English), "
                    "then evaluate every language")  # fmt: skip
+    t.add_argument("--metric", default=None, choices=["squad", "mlqa"],
+                   help="QA: SQuAD's answer normalisation or MLQA's (per language: the "
+                   "samples' json language); sets the extractive_qa head's metric")  # fmt: skip
     t.add_argument("--device", type=device, default=default_of(fn, "device"))
     t.add_argument("--out", default=None, help="also write the result as JSON here")
     t.set_defaults(fn=_eval_transfer)
@@ -479,8 +540,9 @@ def _eval_transfer(args: argparse.Namespace) -> int:
         sets |= language_sets(args.pattern, languages)
     elif args.languages:
         raise ValueError("--languages fills --pattern's {lang}: give --pattern too")
-    loaded = _finetuned(args.run, args.overrides) if args.finetune else None
-    overrides = [] if args.finetune else args.overrides
+    over = [*args.overrides, *_metric_overrides(args)]
+    loaded = _finetuned(args.run, over) if args.finetune else None
+    overrides = [] if args.finetune else over
     result = evaluate_transfer(args.run, sets or None, overrides=overrides, device=args.device,
                                model=loaded)  # fmt: skip
     name = Path(args.run).name or args.run
@@ -489,6 +551,24 @@ def _eval_transfer(args: argparse.Namespace) -> int:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0
+
+
+def _metric_overrides(args: argparse.Namespace) -> list[str]:
+    """``--metric`` as overrides of every extractive_qa head's ``metric`` (none without it)."""
+    if not args.metric:
+        return []
+    if args.finetune:
+        from mmptm.recipe import load_run_config
+
+        cfg = load_run_config(args.run, args.overrides)
+    else:
+        from mmptm.models import checkpoint
+
+        cfg = checkpoint.read(args.run, weights=False).run_config(args.overrides)
+    names = [n for n, o in cfg.model.objectives.items() if o.type == "extractive_qa"]
+    if not names:
+        raise ValueError(f"--metric {args.metric}: {args.run} has no extractive_qa head")
+    return [f"model.objectives.{n}.metric={args.metric}" for n in names]
 
 
 def _finetuned(recipe: str, overrides: list[str]):

@@ -2,7 +2,8 @@
 
 Each sentence is embedded alone; for every language X paired with the pivot, the nearest
 pivot sentence (cosine) of each X sentence must be its translation, and vice versa.
-Accuracy per language (both directions averaged).
+Accuracy per language (both directions averaged; ``direction="to-pivot"``: X → pivot alone,
+XTREME's Tatoeba protocol, ``"from-pivot"``: pivot → X alone).
 
 Which vector stands for a sentence (:class:`SentenceVector`):
 
@@ -49,10 +50,13 @@ from mmptm.recipe import RunConfig
 
 #: token poolings of one layer's hidden states
 POOLINGS = ("mean", "first")
+#: which way a retrieval goes: both averaged, X → pivot (XTREME's Tatoeba), pivot → X
+DIRECTIONS = ("both", "to-pivot", "from-pivot")
 
 
 def read_pairs(shards: str, pivot: str, max_per_language: int) -> dict[str, list[tuple[str, str]]]:
-    """(pivot sentence, translation) pairs per language from parallel-text shards."""
+    """(pivot sentence, translation) pairs per language from parallel-text shards, at most
+    ``max_per_language`` each (0: all)."""
     pairs: dict[str, list[tuple[str, str]]] = defaultdict(list)
     handler = SkipCounter()
     for sample in tar_samples(expand_shards(shards), handler):
@@ -62,7 +66,7 @@ def read_pairs(shards: str, pivot: str, max_per_language: int) -> dict[str, list
             continue
         i = langs.index(pivot)
         other = langs[1 - i]
-        if len(pairs[other]) < max_per_language:
+        if max_per_language <= 0 or len(pairs[other]) < max_per_language:
             pairs[other].append((texts[i], texts[1 - i]))
     if not pairs:
         raise ValueError(f"{shards}: no parallel pairs with pivot language {pivot!r}")
@@ -203,13 +207,18 @@ def centered(v_NE: torch.Tensor) -> torch.Tensor:
     return F.normalize(v_NE - v_NE.mean(0, keepdim=True), dim=-1)
 
 
-def retrieval_accuracy(src_NE: torch.Tensor, tgt_NE: torch.Tensor) -> float:
-    """Tatoeba accuracy of row i matching row i, both directions averaged."""
+def retrieval_accuracy(
+    src_NE: torch.Tensor, tgt_NE: torch.Tensor, direction: str = "both"
+) -> float:
+    """Tatoeba accuracy of row i matching row i: ``src`` → ``tgt`` (``to-pivot``, the pivot
+    being ``tgt``), ``tgt`` → ``src`` (``from-pivot``) or both averaged."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction!r}; choices: {', '.join(DIRECTIONS)}")
     sim_NN = src_NE @ tgt_NE.T
     gold_N = torch.arange(len(sim_NN))
     x2p = (sim_NN.argmax(1) == gold_N).float().mean().item()
     p2x = (sim_NN.argmax(0) == gold_N).float().mean().item()
-    return (x2p + p2x) / 2
+    return {"both": (x2p + p2x) / 2, "to-pivot": x2p, "from-pivot": p2x}[direction]
 
 
 def xlingual_retrieval(
@@ -217,10 +226,11 @@ def xlingual_retrieval(
     pairs: dict[str, list[tuple[str, str]]],
     pivot: str,
     center: bool = False,
+    direction: str = "both",
 ) -> dict[str, float]:
     """Accuracy per language and their mean (``avg``) with one sentence encoder; ``center``:
     each language's vectors less their mean (module doc)."""
-    return xlingual_retrievals(encode, pairs, pivot, (center,))[center]
+    return xlingual_retrievals(encode, pairs, pivot, (center,), direction)[center]
 
 
 def xlingual_retrievals(
@@ -228,6 +238,7 @@ def xlingual_retrievals(
     pairs: dict[str, list[tuple[str, str]]],
     pivot: str,
     centers: Sequence[bool] = (False, True),
+    direction: str = "both",
 ) -> dict[bool, dict[str, float]]:
     """:func:`xlingual_retrieval` plain and centred from one encoding of the sentences."""
     result: dict[bool, dict[str, float]] = {c: {} for c in centers}
@@ -236,7 +247,7 @@ def xlingual_retrievals(
         tgt = encode([p[0] for p in pp], pivot, "pivot")
         for c in centers:
             a, b = (centered(src), centered(tgt)) if c else (src, tgt)
-            result[c][lang] = retrieval_accuracy(a, b)
+            result[c][lang] = retrieval_accuracy(a, b, direction)
     for r in result.values():
         r["avg"] = sum(r.values()) / len(r)
     return result
@@ -252,6 +263,7 @@ def evaluate_xlingual_vectors(
     max_per_language: int = 500,
     overrides: Sequence[str] = (),
     center: bool = False,
+    direction: str = "both",
 ) -> dict[str, dict[str, float]]:
     """Accuracies per language for each pooling (see the module doc), keyed by its label
     (", centered" appended with ``center``).
@@ -264,7 +276,7 @@ def evaluate_xlingual_vectors(
     results = {}
     for vector in dict.fromkeys(SentenceVector.resolve(model, p, layer) for p in poolings):
         encode = SentenceEncoder(model, cfg, tokenizer, vector)
-        result = xlingual_retrieval(encode, pairs, pivot, center)
+        result = xlingual_retrieval(encode, pairs, pivot, center, direction)
         label = vector.describe(model, encode.layers)
         results[label + (", centered" if center else "")] = result
     return results

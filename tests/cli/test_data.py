@@ -18,7 +18,7 @@ DATA_COMMANDS = {
     "video-features", "clotho", "audiocaps", "esc50", "librispeech", "typing", "relations",
     "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx", "squad",
     "toyworld-tasks", "toyworld-refexp", "refcoco", "toyworld-nlvr2", "nlvr2", "toyworld-vcr",
-    "vcr",
+    "vcr", "tatoeba", "bucc", "toyworld-retrieval",
 }  # fmt: skip
 
 
