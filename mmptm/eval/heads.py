@@ -1,5 +1,5 @@
 """What the task-head evaluations share: a fine-tuned checkpoint with its head, and the
-batches of a split (``evaluate_vqa``, ``evaluate_refexp``, ``evaluate_nlvr2``)."""
+batches of a split (``evaluate_vqa``, ``evaluate_refexp``, ``evaluate_nlvr2``, ``evaluate_vcr``)."""
 
 from __future__ import annotations
 
