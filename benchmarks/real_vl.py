@@ -33,6 +33,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -145,10 +146,289 @@ def prepare(args: argparse.Namespace) -> None:
     print(f"prepared {data} in {time.perf_counter() - t0:.0f}s")
 
 
-def baselines(args): ...
-def pretrain(args): ...
-def evaluate(args): ...
-def peer(args): ...
+# -- baselines ----------------------------------------------------------------------------
+
+
+def pictures(samples: list[dict], size: int = 64) -> torch.Tensor:
+    """Decoded pictures [N,3,size,size] in [0, 1] (bicubic, as the recipes' image plug-in)."""
+    out = []
+    for s in samples:
+        with Image.open(io.BytesIO(s["jpg"])) as img:
+            img = img.convert("RGB").resize((size, size), Image.Resampling.BICUBIC)
+            out.append(torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1))
+    return torch.stack(out).float() / 255
+
+
+def colour_histogram(x_NCHW: torch.Tensor, bins: int = 8) -> torch.Tensor:
+    """Joint RGB histograms [N,bins³] (square-rooted: Hellinger), over the whole picture and
+    over its 2×2 quarters (where the colours are)."""
+    q_NHW = (x_NCHW.clamp(0, 1 - 1e-6) * bins).long()
+    code_NHW = (q_NHW[:, 0] * bins + q_NHW[:, 1]) * bins + q_NHW[:, 2]
+    n, h, w = code_NHW.shape
+    parts = [code_NHW]
+    parts += [code_NHW[:, i : i + h // 2, j : j + w // 2] for i in (0, h // 2) for j in (0, w // 2)]
+    feats = []
+    for part in parts:
+        flat = part.reshape(n, -1)
+        hist = torch.zeros(n, bins**3).scatter_add_(
+            1, flat, torch.ones_like(flat, dtype=torch.float)
+        )
+        feats.append((hist / flat.shape[1]).sqrt())
+    return torch.cat(feats, 1)
+
+
+def random_cnn(x_NCHW: torch.Tensor, seed: int) -> torch.Tensor:
+    """Pooled features of clip_tiny's backbone (timm ``test_resnet``) at random weights."""
+    import timm
+
+    torch.manual_seed(seed)
+    net = timm.create_model("test_resnet", pretrained=False, num_classes=0).eval()
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    with torch.no_grad():
+        return torch.cat([net((x - mean) / std) for x in x_NCHW.split(256)])
+
+
+def words(text: str) -> list[str]:
+    return "".join(c.lower() if c.isalnum() else " " for c in text).split()
+
+
+class BagOfWords:
+    """tf-idf vectors over the words of the training captions (others are dropped)."""
+
+    def __init__(self, texts: list[str]) -> None:
+        df = Counter(w for t in texts for w in set(words(t)))
+        self.index = {w: i for i, w in enumerate(sorted(df))}
+        self.idf = torch.tensor([math.log((1 + len(texts)) / (1 + df[w])) + 1 for w in sorted(df)])
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        out = torch.zeros(len(texts), len(self.index))
+        for i, t in enumerate(texts):
+            for w, n in Counter(words(t)).items():
+                if w in self.index:
+                    out[i, self.index[w]] = n
+        return F.normalize(out * self.idf, dim=-1)
+
+
+def ridge(x_ND: torch.Tensor, y_NE: torch.Tensor, lam: float) -> torch.Tensor:
+    """W [D,E] minimising |x W - y|² + lam |W|² (x already centred and scaled)."""
+    d = x_ND.shape[1]
+    a = x_ND.T.double() @ x_ND.double() + lam * torch.eye(d, dtype=torch.float64)
+    return torch.linalg.solve(a, x_ND.T.double() @ y_NE.double()).float()
+
+
+def linear_map_retrieval(
+    feats: dict[str, torch.Tensor], texts: dict[str, list[list[str]]], split: str
+) -> tuple[dict[str, float], float]:
+    """Retrieval on ``split`` of image features mapped by ridge regression onto tf-idf
+    caption vectors, fitted on train (both captions of a picture are targets); the ridge
+    weight with the best val R@1 (mean of both directions). Returns (result, weight)."""
+    bow = BagOfWords([c for cs in texts["train"] for c in cs])
+    mu, sd = feats["train"].mean(0), feats["train"].std(0) + 1e-6
+    x = {k: (v - mu) / sd for k, v in feats.items()}
+    x_train = torch.cat([x["train"]] * 2)
+    y_train = torch.cat([bow([cs[j] for cs in texts["train"]]) for j in (0, 1)])
+
+    def score(w: torch.Tensor, part: str) -> dict[str, float]:
+        sim = F.normalize(x[part] @ w, dim=-1) @ bow([cs[0] for cs in texts[part]]).T
+        return recall_at_k(sim, KS)
+
+    best = None
+    for lam in (1.0, 10.0, 100.0, 1e3, 1e4, 1e5):
+        w = ridge(x_train, y_train, lam)
+        r = score(w, "val")
+        mean = (r["i2t_R@1"] + r["t2i_R@1"]) / 2
+        if best is None or mean > best[0]:
+            best = (mean, lam, w)
+    return score(best[2], split), best[1]
+
+
+def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    data = Path(args.data)
+    samples = {p: read_shards(f"{data}/en/{p}-*.tar") for p in ("train", "val", args.split)}
+    texts = {p: [s["json"]["captions"]["en"] for s in ss] for p, ss in samples.items()}
+    pix = {p: pictures(ss) for p, ss in samples.items()}
+    kinds = {
+        "colour histogram": {p: colour_histogram(x) for p, x in pix.items()},
+        "random-weight CNN (test_resnet)": {p: random_cnn(x, args.seed) for p, x in pix.items()},
+    }
+    kinds["both"] = {p: torch.cat([kinds[k][p] for k in list(kinds)], 1) for p in pix}
+    n = len(samples[args.split])
+    rows = {"chance": {f"{d}_R@{k}": k / n for d in ("i2t", "t2i") for k in KS}}
+    for name, feats in kinds.items():
+        result, lam = linear_map_retrieval(feats, texts, args.split)
+        rows[f"{name} → ridge → bag of words (λ={lam:g})"] = result
+    table = format_rows(rows, n, args.split)
+    print(table)
+    out = Path(args.runs)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"baselines_{args.split}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / f"baselines_{args.split}.md").write_text(table + "\n")
+    return rows
+
+
+def format_rows(rows: dict[str, dict[str, float]], n: int, split: str) -> str:
+    """A Markdown table of R@1/5/10 in both directions (percent)."""
+    cols = [f"{d}_R@{k}" for d in ("i2t", "t2i") for k in KS]
+    head = (
+        "| "
+        + f"{split} ({n} pictures)"
+        + " | "
+        + " | ".join(c.replace("_", " ") for c in cols)
+        + " |"
+    )
+    lines = [head, "|---" * (len(cols) + 1) + "|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | " + " | ".join(f"{100 * r[c]:.1f}" for c in cols) + " |")
+    return "\n".join(lines)
+
+
+# -- pretrain, eval ------------------------------------------------------------------------
+
+
+def data_overrides(data: Path, langs: str = "en") -> list[str]:
+    """A recipe's toyworld paths pointed at the emoji shards (``en`` or ``multi``)."""
+    folder, tok = ("en", "tokenizer") if langs == "en" else ("multi", "tokenizer_multi")
+    return [f"data.{p}={data}/{folder}/{p}-*.tar" for p in ("train", "val", "test")] + [
+        f"data.tokenizer={data}/{tok}.model"
+    ]
+
+
+def pretrain(args: argparse.Namespace) -> None:
+    data, runs = Path(args.data), Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    for recipe in args.recipes.split(","):
+        run = runs / f"{recipe}{args.tag}"
+        over = [*data_overrides(data), f"output_dir={run}", "resume=true", "train.progress=false"]
+        if args.steps:
+            over.append(f"train.max_steps={args.steps}")
+        t0 = time.perf_counter()
+        sh([*MMPTM, "pretrain", recipe, *over, *args.set], log=runs / f"{run.name}.log")
+        print(f"{run.name}: {time.perf_counter() - t0:.0f}s → {run}")
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    runs = Path(args.runs)
+    names = (
+        args.only.split(",")
+        if args.only
+        else sorted(p.name for p in runs.iterdir() if (p / "config.yaml").is_file())
+    )
+    rows = {}
+    for name in names:
+        out = runs / f"{name}_{args.split}.json"
+        sh(
+            [
+                *MMPTM,
+                "eval",
+                "retrieval",
+                str(runs / name),
+                "--split",
+                args.split,
+                "--out",
+                str(out),
+            ]
+        )
+        rows[name] = json.loads(out.read_text())
+    table = format_rows(rows, int(next(iter(rows.values()))["n"]), args.split)
+    print(table)
+    (runs / f"results_{args.split}.md").write_text(table + "\n")
+
+
+# -- the peer: open_clip at clip_tiny's shape ---------------------------------------------
+
+
+def open_clip_model(cfg, vocab: int):
+    """open_clip's ``CLIP`` at clip_tiny's widths: timm ``test_resnet`` + linear projection;
+    a 2-layer, 4-head text Transformer (open_clip's causal mask and end-token pooling: the
+    end token gets the highest id, ``vocab``)."""
+    from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
+
+    enc = cfg.model.encoders
+    width, backbone = cfg.model.width, enc["image"].backbone
+    tr = cfg.model.fusion.transformer
+    vision = CLIPVisionCfg(
+        timm_model_name=backbone.model_name, timm_model_pretrained=False,
+        timm_pool="avg", timm_proj="linear", image_size=backbone.image_size,
+    )  # fmt: skip
+    text = CLIPTextCfg(
+        context_length=cfg.data.modalities["text"].max_len + 1, vocab_size=vocab + 1,
+        width=width, heads=tr.heads, layers=tr.layers, mlp_ratio=tr.mlp_ratio, pool_type="argmax",
+    )  # fmt: skip
+    embed = cfg.model.objectives["contrastive"].embed_dim
+    return CLIP(embed_dim=embed, vision_cfg=vision, text_cfg=text)
+
+
+def clip_tokens(batch: dict, vocab: int, context: int) -> torch.Tensor:
+    """mmptm's padded ids [B,L] as open_clip reads them: the end token ``vocab`` after the
+    last real token, 0 after it up to ``context``."""
+    ids_BL, mask_BL = batch["input_ids"], batch["attention_mask"].bool()
+    b, n = ids_BL.shape
+    out = torch.zeros(b, context, dtype=torch.long)
+    out[:, :n] = ids_BL.masked_fill(~mask_BL, 0)
+    out[torch.arange(b), mask_BL.sum(1)] = vocab
+    return out
+
+
+def peer(args: argparse.Namespace) -> None:
+    from open_clip.loss import ClipLoss
+
+    from mmptm.data.pipeline import Loader, single_pass, stream_config
+    from mmptm.models.load import build_model
+    from mmptm.recipe import load_run_config
+    from mmptm.train.optim import build_optimizer
+
+    data, runs = Path(args.data), Path(args.runs)
+    recipe = args.recipes.split(",")[0]
+    cfg = load_run_config(recipe, [*data_overrides(data), f"seed={args.seed}", *args.set])
+    steps = args.steps or cfg.train.max_steps
+    ours, tok = build_model(cfg)
+    stream = stream_config(cfg.data, tok, needs=ours.data_needs(), seed=cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = open_clip_model(cfg, tok.vocab_size)
+    n_ours = sum(p.numel() for p in ours.parameters())
+    n_peer = sum(p.numel() for p in model.parameters())
+    print(f"parameters: mmptm {recipe} {n_ours:,}, open_clip peer {n_peer:,}")
+    # the recipes' optimiser and schedule (AdamW, decay on matrices only, warmup + cosine)
+    tc = replace(cfg.train, max_steps=steps)
+    opt, sched = build_optimizer(model, tc)
+    loss_fn = ClipLoss()
+    batches = iter(Loader(stream, 0))
+    t0 = time.perf_counter()
+    model.train()
+    for step in range(steps):
+        b = next(batches)
+        img_f, txt_f, scale = model(
+            b["pixels"], clip_tokens(b, tok.vocab_size, model.context_length)
+        )
+        loss = loss_fn(img_f, txt_f, scale)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_grad_norm)
+        opt.step()
+        sched.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, math.log(100))
+        if (step + 1) % 100 == 0:
+            print(f"step {step + 1}: loss {loss.item():.4f} ({time.perf_counter() - t0:.0f}s)")
+    model.eval()
+    result = {}
+    for split in ("val", args.split):
+        ev = stream_config(cfg.data, tok, split=split, needs=ours.data_needs(), seed=cfg.seed)
+        ev.batch_size = 1000
+        b = next(iter(single_pass(ev)))
+        with torch.no_grad():
+            i = F.normalize(model.encode_image(b["pixels"]), dim=-1)
+            t = F.normalize(
+                model.encode_text(clip_tokens(b, tok.vocab_size, model.context_length)), dim=-1
+            )
+        result[split] = {"n": float(i.shape[0]), **recall_at_k(i @ t.T, KS)}
+    took = time.perf_counter() - t0
+    out = runs / f"open_clip_{recipe}{args.tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"steps": steps, "seconds": round(took), "params": n_peer,
+                               **result}, indent=1) + "\n")  # fmt: skip
+    print(json.dumps(result))
 
 
 # -- main ---------------------------------------------------------------------------------
