@@ -17,10 +17,15 @@ recipe's switch: no entity vectors, no injected triples, no knowledge-embedding 
   entity; again with every entity swapped for another toy's, which tells whether the model
   reads the entity or the looks) and knowledge VQA,
 
+- for KnowBERT (``knowbert_tiny``): the linking accuracy of its KAR on the test texts'
+  candidate spans (``mmptm data candidates`` with ``CONFUSERS`` shared names per entity:
+  toyworld's names are unique) against the prior alone (argmax p(e | alias)),
+
 each split into the toys whose facts the text states (``text``) and the graph-only ones
 (``graph``). Without the graph a model can only guess on ``graph`` toys (chance: cloze
 13.1 % on average over the relations, relations 50 %, typing micro-F1 about 57 %, the
-majority guess); the question is how far the graph lifts them.
+majority guess); the question is how far the graph lifts them. ERNIE 1.0 (``ernie1_tiny``)
+never reads the graph: its "without" run is BERT's masking of the same text.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ import torch
 
 from mmptm import toyworld
 from mmptm.converters.answers import build_answer_vocab, shard_answers, write_answer_vocab
+from mmptm.converters.candidates import build_generator, write_candidate_shards
 from mmptm.converters.spans import convert_spans
 from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
 from mmptm.eval.cloze import SPAN, evaluate_cloze, rank_metrics, realistic_ranks, score_queries
+from mmptm.eval.linking import evaluate_linking
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
@@ -62,11 +69,24 @@ KNOWLEDGE_RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kbert_tiny": ("text", ("model.fusion.knowledge=false",)),
     "kepler_tiny": ("text", ("data.sources.triples.weight=0",)),
     "ernie_vl_tiny": ("vqa", ("model.fusion.knowledge=false",)),
+    "knowbert_tiny": ("text", ("model.fusion.knowledge=false",)),
+    # ERNIE 1.0 reads no graph: "without" is BERT's MLM (no phrase or entity units)
+    "ernie1_tiny": (
+        "text",
+        (
+            'model.objectives.mlm.mask_spans=""',
+            'model.objectives.mlm.mask_phrases=""',
+            "model.objectives.mlm.mask_prob=0.15",
+        ),
+    ),
 }
 KNOWLEDGE_DEMO = ("ernie_tiny",)
 #: the cloze templates: index 0 a paraphrase the training text never uses, 1 its own wording
 CLOZE_WORDINGS = {"text wording": 1, "paraphrase": 0}
 GROUPS = ("text", "graph")
+#: KnowBERT's candidates: each entity's names shared with this many others (toyworld's names
+#: are unique, so without them every span has one candidate and linking decides nothing)
+CONFUSERS = 3
 
 
 def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
@@ -83,6 +103,10 @@ def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
     kge = train_embeddings(k / "graph", k / "transe", KGETrainConfig(epochs=kge_epochs, seed=seed),
                            progress=False)  # fmt: skip
     write_triple_shards(k / "graph", k / "graph" / "descriptions.txt", k / "triples")
+    generator = build_generator(k / "graph" / "aliases.txt", triples=k / "graph" / "train.txt",
+                                entities=k / "transe" / "entities.txt", confusers=CONFUSERS,
+                                seed=seed)  # fmt: skip
+    write_candidate_shards(f"{k}/text/*.tar", k / "candidates", generator, progress=False)
     for task in ("typing", "relations"):
         for split in ("train", "dev", "test"):
             convert_spans(task, k / task / f"{split}.json", k / task / "shards")
@@ -309,6 +333,9 @@ def knowledge_study(
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
                 row["cloze"] = _cloze(run, data, languages)
+                linker = any(o.type == "linking" for o in cfg.model.objectives.values())
+                if linker and getattr(cfg.model.fusion, "knowledge", True):
+                    row["linking"] = evaluate_linking(str(run))
                 for task in ("typing", "relations"):
                     row[task] = _span_task(task, run, data, run.with_name(f"{run.name}_{task}"),
                                            ft_steps or 300, seed)  # fmt: skip
@@ -345,6 +372,12 @@ def format_knowledge(result: Mapping[str, Any]) -> str:
             v = v[wording] if wording else v
             cells.append("".join(f"{100 * v[g]:>13.1f}" for g in GROUPS))
         lines.append(f"{name:<30}" + "".join(cells))
+    for name, row in result["runs"].items():
+        link = row.get("linking")
+        if link and link.get("acc") is not None:
+            acc, prior = 100 * link["acc"], 100 * link["prior_acc"]
+            lines.append(f"{name}: linking accuracy {acc:.1f} % vs the prior alone "
+                         f"{prior:.1f} % ({link['spans']} test spans)")  # fmt: skip
     t = result.get("transe", {}).get("test") or {}
     if t:
         m = t["both"]
