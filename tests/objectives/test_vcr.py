@@ -81,6 +81,16 @@ def test_rows_join_the_question_to_each_choice_in_the_text_layout():
     assert out["region_mask"].sum(1).tolist() == [2, 2, 3, 3]
     assert out["choice_labels"].tolist() == [1, 0]  # one label a sample
     assert not [k for k in out if k.startswith(("text2_", "choice_ids", "choice_mask"))]
+    # a text view with span annotations: a choice carries none, the question keeps its own
+    spans = TextData(TextData.Config(spans={"entity": "entities"}), views=["text"],
+                     context=DataContext(tokenizer=_Tok()))  # fmt: skip
+    batch["entity_ids"] = torch.tensor([[-1, 7, -1, -1], [-1, -1, 8, -1]])
+    batch["entity_mask"] = batch["entity_ids"] >= 0
+    (pack,) = spans.transforms()
+    out = pack(ChoiceRows()(batch, torch.Generator()), torch.Generator())
+    q0, q1 = [-1, 7, -1, -1, -1, -1], [-1, -1, 8, -1, -1, -1]
+    assert out["entity_ids"].tolist() == [q0, q0, q1, q1]
+    assert out["entity_mask"].sum().item() == 4
     plain = {"input_ids": torch.zeros(2, 3)}
     assert ChoiceRows()(plain, torch.Generator()) is plain  # not a multiple-choice batch
     with pytest.raises(ValueError, match="already a pair"):
