@@ -27,7 +27,6 @@ import argparse
 import io
 import json
 import math
-import random
 import subprocess
 import sys
 import tarfile
@@ -126,7 +125,8 @@ def prepare(args: argparse.Namespace) -> None:
         "--no-progress"])  # fmt: skip
     counts = write_multilingual(data, multilingual_records(dataset, items))
     sh([*MMPTM, "tokenizer", "train", "--input", f"{data}/en/train-*.tar", "--out",
-        str(data / "tokenizer"), "--vocab-size", str(args.vocab), "--model-type", "bpe"])  # fmt: skip
+        str(data / "tokenizer"), "--vocab-size", str(args.vocab),
+        "--model-type", "bpe"])  # fmt: skip
     sh([*MMPTM, "tokenizer", "train", "--input", f"{data}/multi/train-*.tar", "--out",
         str(data / "tokenizer_multi"), "--vocab-size", str(args.vocab_multi),
         "--model-type", "bpe"])  # fmt: skip

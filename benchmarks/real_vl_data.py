@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -113,7 +114,9 @@ def collect_items(
         captions = {}
         for lang, table in tables.items():
             name, kws = table[emoji]["name"], table[emoji]["keywords"]
-            extra = [k for k in kws if k.casefold() not in str(name).casefold()]
+            # a keyword that is words of the name adds nothing ("flag" of "flag: Germany")
+            held = set(re.findall(r"\w+", str(name).casefold()))
+            extra = [k for k in kws if not set(re.findall(r"\w+", k.casefold())) <= held]
             captions[lang] = [name, f"{name}: {', '.join(extra)}" if extra else name]
         items.append({"emoji": emoji, "group": group_of(emoji), "captions": captions})
     return items
@@ -179,7 +182,7 @@ def karpathy_json(
                     "split": split,
                     "sentences": sentences,
                     "emoji": it["emoji"],
-                }  # fmt: skip
+                }
             )
     return {"images": images, "dataset": "noto-emoji-cldr"}, skipped
 
