@@ -5,7 +5,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install browser demo test test-slow lint format bench docs docs-build clean
+.PHONY: install browser emoji-packages demo test test-slow lint format bench docs docs-build clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,20 @@ browser:
 		echo "no chromium: the browser test will fail (apt-get install chromium, or set MMPTM_CHROMIUM)"; \
 	fi
 
-test: $(STAMP) browser
+# The real image–text benchmark's data test renders emoji from two Debian packages
+# (benchmarks/real_vl_data.py): install them when missing and this machine can (else the test
+# is skipped and says so).
+emoji-packages:
+	@test -e /usr/share/fonts/truetype/noto/NotoColorEmoji.ttf && \
+		test -d /usr/share/unicode/cldr/common/annotations || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's fonts-noto-color-emoji unicode-cldr-core for the emoji test"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			fonts-noto-color-emoji unicode-cldr-core >/dev/null) || \
+		echo "could not install them: the emoji rendering test is skipped"; \
+	fi
+
+test: $(STAMP) browser emoji-packages
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
@@ -40,7 +53,7 @@ test: $(STAMP) browser
 
 # The end-to-end runs marked slow (studies at toy size, the wheel, torchrun, the GPU check's
 # smoke run): minutes more; CI runs them after `make test` (.ci/run).
-test-slow: $(STAMP) browser
+test-slow: $(STAMP) browser emoji-packages
 	$(VENV)/bin/pytest -q -m slow
 
 lint: $(STAMP)
