@@ -32,6 +32,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -196,15 +197,16 @@ def words(text: str) -> list[str]:
 class BagOfWords:
     """tf-idf vectors over the words of the training captions (others are dropped)."""
 
-    def __init__(self, texts: list[str]) -> None:
-        df = Counter(w for t in texts for w in set(words(t)))
+    def __init__(self, texts: list[str], split: Callable[[str], list[str]] = words) -> None:
+        self.split = split
+        df = Counter(w for t in texts for w in set(split(t)))
         self.index = {w: i for i, w in enumerate(sorted(df))}
         self.idf = torch.tensor([math.log((1 + len(texts)) / (1 + df[w])) + 1 for w in sorted(df)])
 
     def __call__(self, texts: list[str]) -> torch.Tensor:
         out = torch.zeros(len(texts), len(self.index))
         for i, t in enumerate(texts):
-            for w, n in Counter(words(t)).items():
+            for w, n in Counter(self.split(t)).items():
                 if w in self.index:
                     out[i, self.index[w]] = n
         return F.normalize(out * self.idf, dim=-1)
@@ -218,12 +220,15 @@ def ridge(x_ND: torch.Tensor, y_NE: torch.Tensor, lam: float) -> torch.Tensor:
 
 
 def linear_map_retrieval(
-    feats: dict[str, torch.Tensor], texts: dict[str, list[list[str]]], split: str
+    feats: dict[str, torch.Tensor],
+    texts: dict[str, list[list[str]]],
+    split: str,
+    split_words: Callable[[str], list[str]] = words,
 ) -> tuple[dict[str, float], float]:
     """Retrieval on ``split`` of image features mapped by ridge regression onto tf-idf
     caption vectors, fitted on train (both captions of a picture are targets); the ridge
     weight with the best val R@1 (mean of both directions). Returns (result, weight)."""
-    bow = BagOfWords([c for cs in texts["train"] for c in cs])
+    bow = BagOfWords([c for cs in texts["train"] for c in cs], split_words)
     mu, sd = feats["train"].mean(0), feats["train"].std(0) + 1e-6
     x = {k: (v - mu) / sd for k, v in feats.items()}
     x_train = torch.cat([x["train"]] * 2)
@@ -244,9 +249,9 @@ def linear_map_retrieval(
 
 
 def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    data = Path(args.data)
-    samples = {p: read_shards(f"{data}/en/{p}-*.tar") for p in ("train", "val", args.split)}
-    texts = {p: [s["json"]["captions"]["en"] for s in ss] for p, ss in samples.items()}
+    data, langs = Path(args.data), args.langs.split(",")
+    folder = "en" if langs == ["en"] else "multi"
+    samples = {p: read_shards(f"{data}/{folder}/{p}-*.tar") for p in ("train", "val", args.split)}
     pix = {p: pictures(ss) for p, ss in samples.items()}
     kinds = {
         "colour histogram": {p: colour_histogram(x) for p, x in pix.items()},
@@ -255,15 +260,27 @@ def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     kinds["both"] = {p: torch.cat([kinds[k][p] for k in list(kinds)], 1) for p in pix}
     n = len(samples[args.split])
     rows = {"chance": {f"{d}_R@{k}": k / n for d in ("i2t", "t2i") for k in KS}}
-    for name, feats in kinds.items():
-        result, lam = linear_map_retrieval(feats, texts, args.split)
-        rows[f"{name} → ridge → bag of words (λ={lam:g})"] = result
+    split_words = words
+    if folder == "multi":  # Japanese has no spaces: the shared tokenizer's pieces instead
+        from mmptm.tokenizers.sentencepiece import Tokenizer
+
+        tok = Tokenizer.load(data / "tokenizer_multi.model")
+        split_words = lambda t: [str(i) for i in tok.encode(t)]  # noqa: E731
+    for lang in langs:
+        texts = {p: [s["json"]["captions"][lang] for s in ss] for p, ss in samples.items()}
+        for name, feats in kinds.items():
+            if folder == "multi" and name != "both":
+                continue
+            result, lam = linear_map_retrieval(feats, texts, args.split, split_words)
+            tag = f" [{lang}]" if folder == "multi" else ""
+            rows[f"{name} → ridge → bag of words (λ={lam:g}){tag}"] = result
     table = format_rows(rows, n, args.split)
     print(table)
     out = Path(args.runs)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"baselines_{args.split}.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (out / f"baselines_{args.split}.md").write_text(table + "\n")
+    stem = f"baselines_{args.split}" + ("" if folder == "en" else "_multi")
+    (out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(table + "\n")
     return rows
 
 
@@ -299,7 +316,10 @@ def pretrain(args: argparse.Namespace) -> None:
     runs.mkdir(parents=True, exist_ok=True)
     for recipe in args.recipes.split(","):
         run = runs / f"{recipe}{args.tag}"
-        over = [*data_overrides(data), f"output_dir={run}", "resume=true", "train.progress=false"]
+        over = [*data_overrides(data, args.langs), f"output_dir={run}", "resume=true",
+                "train.progress=false"]  # fmt: skip
+        if args.langs != "en":
+            over.append(f"data.modalities.text.caption_languages=[{args.langs}]")
         if args.steps:
             over.append(f"train.max_steps={args.steps}")
         t0 = time.perf_counter()
@@ -316,20 +336,12 @@ def evaluate(args: argparse.Namespace) -> None:
     )
     rows = {}
     for name in names:
-        out = runs / f"{name}_{args.split}.json"
-        sh(
-            [
-                *MMPTM,
-                "eval",
-                "retrieval",
-                str(runs / name),
-                "--split",
-                args.split,
-                "--out",
-                str(out),
-            ]
-        )
-        rows[name] = json.loads(out.read_text())
+        for lang in args.langs.split(","):
+            tag = "" if args.langs == "en" else f"_{lang}"
+            out = runs / f"{name}_{args.split}{tag}.json"
+            sh([*MMPTM, "eval", "retrieval", str(runs / name), "--split", args.split,
+                "--language", lang, "--out", str(out)])  # fmt: skip
+            rows[name + (f" [{lang}]" if tag else "")] = json.loads(out.read_text())
     table = format_rows(rows, int(next(iter(rows.values()))["n"]), args.split)
     print(table)
     (runs / f"results_{args.split}.md").write_text(table + "\n")
@@ -461,6 +473,10 @@ def main(argv: list[str] | None = None) -> None:
         q.add_argument("--tag", default="", help="suffix of the run folder")
         q.add_argument("--set", nargs="*", default=[], help="more key=value overrides")
     sub.choices["eval"].add_argument("--only", default="", help="comma list of run folders")
+    for name in ("baselines", "pretrain", "eval"):
+        sub.choices[name].add_argument(
+            "--langs", default="en", help="en (the en shards) or a comma list (the multi shards)"
+        )
     args = p.parse_args(argv)
     cmds[args.command](args)
 
