@@ -15,6 +15,8 @@ Studies sit beside the command line and call library functions only; one module 
 - ``knowledge``: knowledge-graph recipes with and without the graph.
 - ``captioning``: captioning and translation fine-tuned from generative pre-training vs. from
   scratch, against baselines that learn nothing.
+- ``tasks``: toyworld's analogues of the downstream tasks (referring expressions, NLVR2,
+  tagging, QA, XNLI), pre-trained vs. from scratch, mean ± std over fine-tuning seeds.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from mmptm.studies.clip import CLIP_DEMO_LANGS, DEMO_QUERIES, clip_study
 from mmptm.studies.common import LANGS, recipe_views, relocated
 from mmptm.studies.knowledge import KNOWLEDGE_DEMO, KNOWLEDGE_RECIPES, knowledge_study
 from mmptm.studies.multilingual import multilingual_study
+from mmptm.studies.tasks import TASKS, tasks_study
 from mmptm.studies.video import VIDEO_RECIPES, video_study
 from mmptm.studies.vqa import VL_RECIPES, VL_RUNS, format_budgets, model_budget, vqa_study
 
@@ -40,6 +43,7 @@ STUDIES: dict[str, Callable[..., dict[str, Any]]] = {
     "audio": audio_study,
     "knowledge": knowledge_study,
     "captioning": captioning_study,
+    "tasks": tasks_study,
 }
 #: what each study's ``recipes`` may name (vqa: also any other vision-language recipe)
 RECIPES: dict[str, tuple[str, ...]] = {
@@ -48,6 +52,7 @@ RECIPES: dict[str, tuple[str, ...]] = {
     "audio": AUDIO_RECIPES,
     "knowledge": tuple(KNOWLEDGE_RECIPES),
     "captioning": tuple(FINETUNES),
+    "tasks": TASKS,
 }
 
 __all__ = [
@@ -60,6 +65,7 @@ __all__ = [
     "LANGS",
     "RECIPES",
     "STUDIES",
+    "TASKS",
     "VIDEO_RECIPES",
     "VL_RECIPES",
     "VL_RUNS",
@@ -72,6 +78,7 @@ __all__ = [
     "multilingual_study",
     "recipe_views",
     "relocated",
+    "tasks_study",
     "video_study",
     "vqa_study",
 ]

@@ -62,4 +62,4 @@ def test_demo_help_reads_the_defaults_from_the_studies(capsys):
     assert f"clip {steps['clip']};" in text and f"knowledge {steps['knowledge']})" in text
     assert f"(default: {default_of(studies.clip_study, 'n_train')})" in text
     assert f"(default: {','.join(studies.AUDIO_DEMO)})" in text
-    assert "{clip,multilingual,vqa,video,audio,knowledge,captioning}" in text
+    assert "{clip,multilingual,vqa,video,audio,knowledge,captioning,tasks}" in text
