@@ -16,7 +16,7 @@ from mmptm.toyworld import generate
 DATA_COMMANDS = {
     "toyworld", "parallel", "text", "xnli", "coco", "vqa", "answers", "msrvtt", "videos",
     "video-features", "clotho", "audiocaps", "esc50", "librispeech", "typing", "relations",
-    "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx", "squad",
+    "link", "triples", "karpathy", "manifest", "conll", "conllu", "pawsx", "squad", "candidates",
     "toyworld-tasks", "toyworld-refexp", "refcoco", "toyworld-nlvr2", "nlvr2", "toyworld-vcr",
     "vcr", "tatoeba", "bucc", "toyworld-retrieval",
 }  # fmt: skip
