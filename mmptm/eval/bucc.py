@@ -67,25 +67,44 @@ def read_bucc(shards: str) -> dict[str, BuccSet]:
     return sets
 
 
+def knn(
+    x_NE: torch.Tensor, y_ME: torch.Tensor, k: int, block: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosines [N,K] and indices [N,K] of each row's k nearest rows of ``y`` (normalised
+    vectors), ``block`` rows of ``x`` at a time so that memory stays near block × M (BUCC's
+    training split has 400k sentences a side: the whole N × M matrix would not fit); 0: as
+    many rows as make 2^26 cosines."""
+    k = min(k, len(y_ME))
+    block = block or max(1, 2**26 // max(1, len(y_ME)))
+    sims, inds = [], []
+    for s in range(0, len(x_NE), block):
+        sim_bM = x_NE[s : s + block] @ y_ME.T
+        top = sim_bM.topk(k, dim=1)
+        sims.append(top.values)
+        inds.append(top.indices)
+    return torch.cat(sims), torch.cat(inds)
+
+
 def margin_scores(
-    x_NE: torch.Tensor, y_ME: torch.Tensor, k: int = K
+    x_NE: torch.Tensor, y_ME: torch.Tensor, k: int = K, block: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ratio-margin scores of each sentence's k nearest on the other side (module doc):
     (forward scores [N,K], their target indices [N,K], backward scores [M,K], their source
-    indices [M,K]); vectors L2-normalised."""
-    sim_NM = x_NE @ y_ME.T
-    fwd_NK, fwd_ind = sim_NM.topk(min(k, sim_NM.shape[1]), dim=1)
-    bwd_MK, bwd_ind = sim_NM.T.topk(min(k, sim_NM.shape[0]), dim=1)
+    indices [M,K]); vectors L2-normalised; ``block``: as :func:`knn`."""
+    fwd_NK, fwd_ind = knn(x_NE, y_ME, k, block)
+    bwd_MK, bwd_ind = knn(y_ME, x_NE, k, block)
     fwd_mean_N, bwd_mean_M = fwd_NK.mean(1), bwd_MK.mean(1)
     fwd = fwd_NK / ((fwd_mean_N[:, None] + bwd_mean_M[fwd_ind]) / 2)
     bwd = bwd_MK / ((bwd_mean_M[:, None] + fwd_mean_N[bwd_ind]) / 2)
     return fwd, fwd_ind, bwd, bwd_ind
 
 
-def mine(x_NE: torch.Tensor, y_ME: torch.Tensor, k: int = K) -> list[tuple[int, int, float]]:
+def mine(
+    x_NE: torch.Tensor, y_ME: torch.Tensor, k: int = K, block: int = 0
+) -> list[tuple[int, int, float]]:
     """(source index, target index, score) of the mined pairs, LASER's ``max`` retrieval
     (module doc), best first."""
-    fwd, fwd_ind, bwd, bwd_ind = margin_scores(x_NE, y_ME, k)
+    fwd, fwd_ind, bwd, bwd_ind = margin_scores(x_NE, y_ME, k, block)
     fwd_score, fwd_at = fwd.max(1)
     bwd_score, bwd_at = bwd.max(1)
     N, M = len(fwd), len(bwd)
@@ -211,6 +230,7 @@ __all__ = [
     "candidates",
     "evaluate_bucc",
     "format_bucc",
+    "knn",
     "margin_scores",
     "mine",
     "prf",

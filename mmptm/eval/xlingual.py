@@ -271,6 +271,8 @@ def evaluate_xlingual_vectors(
     The model is loaded once; the same pooling named twice (``auto`` resolving to ``mean``
     beside ``mean``) is evaluated once.
     """
+    if direction not in DIRECTIONS:  # before the model loads
+        raise ValueError(f"unknown direction {direction!r}; choices: {', '.join(DIRECTIONS)}")
     model, tokenizer, cfg = load_pretrained(path, overrides)
     pairs = read_pairs(shards, pivot, max_per_language)
     results = {}
