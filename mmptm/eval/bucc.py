@@ -52,10 +52,14 @@ def read_bucc(shards: str) -> dict[str, BuccSet]:
     """The BUCC sets of a shard spec (``mmptm data bucc``), keyed by source language."""
     sets: dict[str, BuccSet] = {}
     for sample in tar_samples(expand_shards(shards), SkipCounter()):
-        meta = json.loads(sample["json"])
-        if "side" not in meta or "pair" not in meta:
-            raise ValueError(f"{shards}: sample {sample['__key__']!r} is not BUCC's "
-                             "(json side / pair: write it with mmptm data bucc)")  # fmt: skip
+        try:
+            meta = json.loads(sample["json"])
+            ok = {"side", "pair", "id"} <= meta.keys() and "txt" in sample
+        except (KeyError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{shards}: sample {sample['__key__']!r} is not BUCC's (txt, "
+                             "json side / pair / id: write it with mmptm data bucc)")  # fmt: skip
         x, en = meta["pair"]
         s = sets.setdefault(x, BuccSet((x, en)))
         text = sample["txt"].decode("utf-8") if isinstance(sample["txt"], bytes) else sample["txt"]

@@ -176,3 +176,13 @@ def test_one_way_tatoeba_accuracy_by_hand():
     assert retrieval_accuracy(x, en) == pytest.approx(0.75)
     with pytest.raises(ValueError, match="unknown direction 'up'"):
         retrieval_accuracy(x, en, "up")
+
+
+def test_other_shards_are_one_line(tmp_path):
+    from mmptm.data.shards import ShardWriter
+    from mmptm.eval.bucc import read_bucc
+
+    with ShardWriter(tmp_path / "p-%06d.tar", 10) as w:
+        w.write({"__key__": "a", "json": {"languages": ["de", "en"], "texts": ["x", "y"]}})
+    with pytest.raises(ValueError, match="sample 'a' is not BUCC's .*mmptm data bucc"):
+        read_bucc(str(tmp_path / "p-*.tar"))
