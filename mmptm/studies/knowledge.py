@@ -110,6 +110,9 @@ def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
     for task in ("typing", "relations"):
         for split in ("train", "dev", "test"):
             convert_spans(task, k / task / f"{split}.json", k / task / "shards")
+        # KnowBERT fine-tunes with its candidate spans, which these copies carry
+        write_candidate_shards(f"{k}/{task}/shards/*.tar", k / task / "candidates", generator,
+                               progress=False)  # fmt: skip
     return data, kge
 
 
@@ -130,16 +133,18 @@ def _cloze(run: Path, data: Path, languages: Sequence[str]) -> dict[str, Any]:
     return result
 
 
-def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: int) -> dict:
-    """Fine-tune ``run`` on the typing or relations train toys; metrics on the test toys."""
-    shards = data / "knowledge" / task / "shards"
+def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: int,
+               folder: str = "shards") -> dict:  # fmt: skip
+    """Fine-tune ``run`` on the typing or relations train toys; metrics on the test toys.
+    ``folder``: ``candidates`` for the copies whose json carries KnowBERT's candidate spans."""
+    shards = data / "knowledge" / task / folder
     config = {"typing": "entity_typing", "relations": "relation_classification"}[task]
     head = {"typing": "typing", "relations": "relations"}[task]
     cfg = load_run_config(config, [
         f"init={run}", f"output_dir={out}", "resume=true", f"seed={seed}",
         f"train.max_steps={steps}", f"train.ckpt_every={steps}", f"data.train={shards}/train-*.tar",
         f"data.eval.dev={shards}/dev-*.tar", f"data.eval.test={shards}/test-*.tar",
-        f"model.objectives.{head}.labels={shards}/labels.txt",
+        f"model.objectives.{head}.labels={shards.with_name('shards')}/labels.txt",
     ])  # fmt: skip
     pretrain(cfg)
     test = evaluate_spans(str(out), {"test": f"{shards}/test-*.tar"})["test"]
@@ -336,9 +341,10 @@ def knowledge_study(
                 linker = any(o.type == "linking" for o in cfg.model.objectives.values())
                 if linker and getattr(cfg.model.fusion, "knowledge", True):
                     row["linking"] = evaluate_linking(str(run))
+                folder = "candidates" if cfg.model.fusion.type == "knowbert" else "shards"
                 for task in ("typing", "relations"):
                     row[task] = _span_task(task, run, data, run.with_name(f"{run.name}_{task}"),
-                                           ft_steps or 300, seed)  # fmt: skip
+                                           ft_steps or 300, seed, folder)  # fmt: skip
             times[f"evaluation {name}"] = time.monotonic() - t0
             result["runs"][name] = row
             result["times_s"] = times

@@ -23,6 +23,8 @@ def test_demo_knowledge_knowbert_and_ernie1(tmp_path, capsys):
     link = runs["knowbert_tiny with graph"]["linking"]
     assert link["spans"] > 0 and 0 <= link["acc"] <= 1 and 0 < link["prior_acc"] < 1
     assert "linking" not in runs["knowbert_tiny without graph"]
+    typing = load_run_config(str(out / "knowbert_tiny_graph_typing" / "config.yaml"))
+    assert "/typing/candidates/" in typing.data.train  # fine-tuned with its candidate spans
     without = load_run_config(str(out / "ernie1_tiny_nograph" / "config.yaml"))
     mlm = without.model.objectives["mlm"]
     assert (mlm.mask_spans, mlm.mask_phrases, mlm.mask_prob) == ("", "", 0.15)
