@@ -189,6 +189,8 @@ def evaluate_bucc(
     """BUCC F1 per language pair: threshold from ``dev``, scored on ``test`` (module doc);
     without ``test``, dev's own best F1. ``{"vector", "sets": {lang: {"f1", "p", "r",
     "threshold", "dev_f1", "gold"}}, "avg": {"f1", "p", "r"}}``."""
+    if k < 1:
+        raise ValueError(f"--k {k}: the margin needs at least one neighbour")
     model, tokenizer, cfg = load_pretrained(path, overrides)
     vector = SentenceVector.resolve(model, pooling, layer)
     encode = SentenceEncoder(model, cfg, tokenizer, vector)
