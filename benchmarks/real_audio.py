@@ -47,16 +47,17 @@ from real_parallel_data import fetch, licences  # noqa: E402
 
 MMPTM = [sys.executable, "-m", "mmptm.cli"]
 PACKAGES = ("hydrogen-drumkits", "hydrogen-data")
-RECIPES = ("wav2vec2_tiny", "hubert_tiny")
+RECIPES = ("wav2vec2_tiny", "hubert_tiny", "speechbert_tiny")
 RATE = 16000
 #: no text is read: the recipes' toyworld tokenizer is not needed (CLAP keeps its audio tower)
 NO_TEXT = ['data.tokenizer=""']
 AUDIO_ONLY = {
     "clap_tiny": [*NO_TEXT, "model.encoders.text=__delete__",
                   "model.objectives.contrastive=__delete__", "model.fusion.pooling={audio: mean}"],
+    # SpeechBERT's audio side alone: masked log-mel frames (NCE), no written text
+    "speechbert_tiny": [*NO_TEXT, "model.encoders.text=__delete__",
+                        "model.objectives.mlm=__delete__"],
 }  # fmt: skip
-#: seconds of each clip the baselines read: what the recipes' audio plug-in keeps
-SECONDS = 2.0
 
 
 def sh(cmd: list[str], log: Path | None = None) -> None:
@@ -106,10 +107,19 @@ def folds_of(data: Path) -> int:
     return json.loads((data / "manifest.json").read_text())["folds"]
 
 
-def split_specs(data: Path) -> tuple[str, str]:
-    """(train, test) shard specs of the held-out split: folds 1..k-1 against fold k."""
+def split_specs(data: Path, test_fold: int = 0) -> tuple[str, str]:
+    """(train, test) shard specs: the other folds against ``test_fold`` (0: the held-out
+    split, fold k)."""
     k = folds_of(data)
-    return f"{data}/shards/fold{{1..{k - 1}}}/*.tar", f"{data}/shards/fold{k}/*.tar"
+    test = test_fold or k
+    train = ",".join(str(i) for i in range(1, k + 1) if i != test)
+    return f"{data}/shards/fold{{{train}}}/*.tar", f"{data}/shards/fold{test}/*.tar"
+
+
+def window(seconds: float) -> str:
+    """The audio plug-in's window: a random one of ``seconds`` in training, the middle one
+    at test time."""
+    return f"data.modalities.audio.max_seconds={seconds:g}"
 
 
 def label_overrides(data: Path) -> list[str]:
@@ -120,9 +130,10 @@ def label_overrides(data: Path) -> list[str]:
 # -- baselines ----------------------------------------------------------------------------
 
 
-def read_fold(folder: Path) -> tuple[list[np.ndarray], np.ndarray]:
-    """The first :data:`SECONDS` of every clip of a fold's shards (mono float32 at RATE)
-    and their labels, read straight from the tar members."""
+def read_fold(folder: Path, seconds: float) -> tuple[list[np.ndarray], np.ndarray]:
+    """Every clip of a fold's shards (mono float32 at RATE) and their labels, read straight
+    from the tar members; a clip over ``seconds`` is cut to its middle ``seconds``, the
+    window the audio plug-in gives a model at test time (``max_seconds``)."""
     import soundfile as sf
 
     waves, labels = [], []
@@ -135,7 +146,9 @@ def read_fold(folder: Path) -> tuple[list[np.ndarray], np.ndarray]:
         for key in sorted(members):
             wave, rate = sf.read(io.BytesIO(members[key]["flac"]), dtype="float32")
             assert rate == RATE, f"{shard}:{key}: {rate} Hz"
-            waves.append(wave[: int(SECONDS * RATE)])
+            want = round(seconds * RATE)
+            start = max(0, (len(wave) - want) // 2)
+            waves.append(wave[start : start + want])
             labels.append(json.loads(members[key]["json"])["label"])
     return waves, np.array(labels)
 
@@ -200,7 +213,7 @@ def scores(gold: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 
 
 def random_encoder_features(
-    recipe: str, data: Path, folds: list[Path]
+    recipe: str, data: Path, folds: list[Path], seconds: float
 ) -> tuple[list[torch.Tensor], list[np.ndarray]]:
     """Per fold, [N, E] pooled audio vectors of ``recipe``'s randomly initialised model (the
     recipe's seed) and [N] labels, read through the recipe's own pipeline (which skips, and
@@ -209,7 +222,8 @@ def random_encoder_features(
     from mmptm.models.load import build_model
     from mmptm.recipe import load_run_config
 
-    cfg = load_run_config(recipe, [*AUDIO_ONLY.get(recipe, NO_TEXT), *label_overrides(data)])
+    over = [*AUDIO_ONLY.get(recipe, NO_TEXT), *label_overrides(data), window(seconds)]
+    cfg = load_run_config(recipe, over)
     torch.manual_seed(cfg.seed)
     model, tok = build_model(cfg)
     model.eval()
@@ -256,7 +270,7 @@ def majority(labels: list[np.ndarray]) -> dict[str, float]:
 def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     data = Path(args.data)
     folders = [data / "shards" / f"fold{i}" for i in range(1, folds_of(data) + 1)]
-    read = [read_fold(f) for f in folders]
+    read = [read_fold(f, args.seconds) for f in folders]
     waves, labels = [w for w, _ in read], [y for _, y in read]
     rows = {"majority class": majority(labels)}
     for kind in ("logmel", "mfcc"):
@@ -266,13 +280,14 @@ def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         ) | {"seconds": time.perf_counter() - t0}
     for recipe in ("wav2vec2_tiny", "clap_tiny"):
         t0 = time.perf_counter()
-        feats, ys = random_encoder_features(recipe, data, folders)
+        feats, ys = random_encoder_features(recipe, data, folders, args.seconds)
         rows[f"random-weight {recipe} encoder, logistic"] = evaluate_features(feats, ys) | {
             "seconds": time.perf_counter() - t0,
             "n_test": float(len(ys[-1])),
         }
     rows["n"] = {f"fold{i + 1}": float(len(y)) for i, y in enumerate(labels)}
-    save(Path(args.runs), "baselines", rows)
+    rows["n"]["seconds"] = args.seconds
+    save(Path(args.runs), f"baselines {args.seconds:g}s", rows)
     return rows
 
 
@@ -289,8 +304,9 @@ def save(runs: Path, name: str, value: object) -> None:
 
 
 def common_overrides(args: argparse.Namespace, data: Path) -> list[str]:
-    train, test = split_specs(data)
-    over = [f"data.train={train}", f"data.test={test}", *NO_TEXT, *label_overrides(data)]
+    train, test = split_specs(data, args.test_fold)
+    over = [f"data.train={train}", f"data.test={test}", *NO_TEXT, *label_overrides(data),
+            window(args.seconds)]  # fmt: skip
     if args.steps:
         over.append(f"train.max_steps={args.steps}")
     return over + list(args.set)
@@ -298,10 +314,10 @@ def common_overrides(args: argparse.Namespace, data: Path) -> list[str]:
 
 def pretrain(args: argparse.Namespace) -> None:
     data, runs = Path(args.data), Path(args.runs)
-    train, _ = split_specs(data)
+    train, _ = split_specs(data, args.test_fold)
     for recipe in args.recipes.split(","):
         out = runs / recipe
-        over = [f"output_dir={out}", *common_overrides(args, data)]
+        over = [f"output_dir={out}", *AUDIO_ONLY.get(recipe, []), *common_overrides(args, data)]
         if recipe.startswith("hubert"):
             codebook = runs / "mfcc_units.npy"
             if not codebook.exists():
@@ -337,7 +353,7 @@ def predictions(run: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def finetune(args: argparse.Namespace) -> None:
     data, runs = Path(args.data), Path(args.runs)
-    _, test = split_specs(data)
+    _, test = split_specs(data, args.test_fold)
     for recipe in args.recipes.split(","):
         name = f"finetune {recipe}" + (" scratch" if args.scratch else "") + args.tag
         out = runs / name.replace(" ", "_")
@@ -376,6 +392,11 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="extra key=value overrides")
     ap.add_argument("--scratch", action="store_true", help="finetune: from random weights")
     ap.add_argument("--tag", default="", help="finetune: suffix of the run's name")
+    ap.add_argument("--seconds", type=float, default=1.0,
+                    help="audio window of baselines and recipes (max_seconds)")  # fmt: skip
+    ap.add_argument("--test-fold", type=int, default=0,
+                    help="pretrain/finetune: test on this fold, train on the others (runs go "
+                    "to RUNS/test_fold<K>; default: the last fold)")  # fmt: skip
     ap.add_argument("--folds", type=int, default=4, help="prepare: kit-grouped folds")
     ap.add_argument("--units", type=int, default=32, help="pretrain: HuBERT's MFCC units")
     ap.add_argument("--packages", nargs="+", default=list(PACKAGES), help="prepare: .deb names")
@@ -383,6 +404,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the mmptm commands it runs too
     torch.set_num_threads(args.threads)
+    if args.test_fold:
+        args.runs = f"{args.runs}/test_fold{args.test_fold}"
     if args.action == "prepare":
         prepare(args)
     elif args.action == "baselines":
