@@ -7,6 +7,7 @@ deviation (over the seeds, n − 1 in the denominator; 0 for one seed).
 |---|---|---|---|---|
 | ``refexp`` | expressions naming one object | ``refcoco`` | UNITER | accuracy at IoU ≥ 0.5 |
 | ``nlvr2`` | a statement about two scenes | ``nlvr2`` | UNITER | accuracy |
+| ``vcr`` | answers and rationales about a scene | ``vcr`` | UNITER | Q→A, QA→R, Q→AR |
 | ``tagging`` | tagged mentions (WikiANN) | ``wikiann`` | mBERT | span F1: en, avg of 5 |
 | ``qa`` | answer spans (XQuAD) | ``xquad`` | mBERT | F1: en, avg of 5 |
 | ``xnli`` | NLI pairs (XNLI; PAWS-X's path) | ``xnli`` | mBERT | accuracy: en, avg of 5 |
@@ -17,7 +18,7 @@ five languages) and one tokenizer serve both pre-trained models: ``uniter_tiny``
 image-text and region views and ``mbert_tiny`` on the monolingual text, each ``steps``
 steps (the recipes' shapes; ``overrides`` apply to both, e.g. ``model.width=64``). The
 tasks' data are the toyworld commands' (``toyworld-refexp``, ``toyworld-nlvr2``,
-``toyworld-tasks``) over ``n_task_train`` / ``n_test`` scenes of their own.
+``toyworld-vcr``, ``toyworld-tasks``) over ``n_task_train`` / ``n_test`` scenes of their own.
 """
 
 from __future__ import annotations
@@ -31,16 +32,18 @@ from mmptm import toyworld
 from mmptm.eval.nlvr2 import evaluate_nlvr2
 from mmptm.eval.refexp import evaluate_refexp
 from mmptm.eval.transfer import evaluate_transfer
+from mmptm.eval.vcr import evaluate_vcr
 from mmptm.recipe import load_run_config
 from mmptm.studies.common import LANGS, relocated, write_results
 from mmptm.tokenizers.sentencepiece import train_tokenizer
 from mmptm.toyworld.nlvr2 import write_nlvr2
 from mmptm.toyworld.refexp import write_refexp
 from mmptm.toyworld.tasks import write_tasks
+from mmptm.toyworld.vcr import write_vcr
 from mmptm.train.trainer import pretrain
 
 #: the study's tasks, in the order it runs them
-TASKS = ("refexp", "nlvr2", "tagging", "qa", "xnli")
+TASKS = ("refexp", "nlvr2", "vcr", "tagging", "qa", "xnli")
 #: fine-tuning starts: name → overrides besides ``init=<pre-trained run>``
 _STARTS = (("pre-trained", []), ("from scratch", ["init_mode=architecture"]))
 _IMAGE_SIZE = 32
@@ -69,7 +72,7 @@ def tasks_study(
         raise ValueError(f"tasks study: unknown tasks {unknown}; choices: {', '.join(TASKS)}")
     out.mkdir(parents=True, exist_ok=True)
     world = _world(out / "toyworld", n_train, n_test, seed)
-    needs = {"uniter_tiny": {"refexp", "nlvr2"}, "mbert_tiny": {"tagging", "qa", "xnli"}}
+    needs = {"uniter_tiny": {"refexp", "nlvr2", "vcr"}, "mbert_tiny": {"tagging", "qa", "xnli"}}
     pre = {}
     for recipe, tasks in needs.items():
         if tasks & set(recipes):
@@ -132,13 +135,15 @@ def _task(
 ) -> tuple[str, list[str], Callable[[Path], dict[str, float]]]:
     """(fine-tuning recipe, its data overrides, the scorer of a run) of one task; its data
     written under ``root`` the first time."""
-    if task in ("refexp", "nlvr2"):
+    if task in ("refexp", "nlvr2", "vcr"):
         data = root / task
-        write = write_refexp if task == "refexp" else write_nlvr2
+        write = {"refexp": write_refexp, "nlvr2": write_nlvr2, "vcr": write_vcr}[task]
         if not data.is_dir():
             write(data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed,
                   image_size=_IMAGE_SIZE)  # fmt: skip
         over = [f"data.{s}={data}/{s}-*.tar" for s in ("train", "val", "test")]
+        if task == "vcr":
+            return "vcr", [*over, "train.lr=5e-4"], _vcr_score
         evaluate = evaluate_refexp if task == "refexp" else evaluate_nlvr2
         return ("refcoco" if task == "refexp" else task, [*over, "train.lr=5e-4"],
                 lambda run: {"accuracy": evaluate(str(run))["accuracy"]})  # fmt: skip
@@ -157,6 +162,12 @@ def _task(
     over += ["model.objectives.qa.max_len=48", "model.objectives.qa.stride=16",
              "model.objectives.qa.max_query_len=12"]  # fmt: skip
     return "xquad", over, _transfer_scorer("f1")
+
+
+def _vcr_score(run: Path) -> dict[str, float]:
+    """VCR's three accuracies (%) of a fine-tuned run: Q→A, QA→R and Q→AR (both right)."""
+    r = evaluate_vcr(str(run))
+    return {"q_a": r["q_a"], "qa_r": r["qa_r"], "q_ar": r["q_ar"]}
 
 
 def _transfer_scorer(metric: str) -> Callable[[Path], dict[str, float]]:

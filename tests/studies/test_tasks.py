@@ -25,7 +25,7 @@ def test_unknown_task_is_one_line(tmp_path):
 
 def test_every_task_pretrained_and_from_scratch_over_two_seeds(tmp_path, capsys):
     """Two pre-training steps, two fine-tuning steps a run: every task, both starts, two seeds,
-    and the scores of each run in results.json (12 s on a 2-core CPU)."""
+    and the scores of each run in results.json (25 s on a 2-core CPU)."""
     shrink = [
         "model.width=32",
         "model.fusion.transformer.layers=2",
@@ -37,7 +37,8 @@ def test_every_task_pretrained_and_from_scratch_over_two_seeds(tmp_path, capsys)
                          steps=2, ft_steps=2, seeds=(0, 1), overrides=shrink,
                          ft_overrides=["data.batch_size=4", "data.shuffle_buffer=20"])  # fmt: skip
     assert list(result["tasks"]) == list(TASKS)
-    want = {"refexp": ["accuracy"], "nlvr2": ["accuracy"], "tagging": ["f1 en", "f1 avg"],
+    want = {"refexp": ["accuracy"], "nlvr2": ["accuracy"], "vcr": ["q_a", "qa_r", "q_ar"],
+            "tagging": ["f1 en", "f1 avg"],
             "qa": ["f1 en", "f1 avg"], "xnli": ["acc en", "acc avg"]}  # fmt: skip
     for task, metrics in want.items():
         assert list(result["tasks"][task]) == metrics
@@ -46,6 +47,9 @@ def test_every_task_pretrained_and_from_scratch_over_two_seeds(tmp_path, capsys)
             for s in by.values():
                 assert len(s["per_seed"]) == 2 and all(0 <= v <= 100 for v in s["per_seed"])
                 assert math.isclose(s["mean"], sum(s["per_seed"]) / 2)
+    vcr = {m: result["tasks"]["vcr"][m]["pre-trained"]["per_seed"] for m in want["vcr"]}
+    for q_a, qa_r, q_ar in zip(vcr["q_a"], vcr["qa_r"], vcr["q_ar"]):
+        assert q_ar <= min(q_a, qa_r)  # a question counts for Q→AR only when both picks are right
     assert json.loads((tmp_path / "results.json").read_text())["tasks"] == result["tasks"]
     table = capsys.readouterr().out
     assert format_tasks(result) in table and "mean ± std over 2 fine-tuning seed(s)" in table
