@@ -1,4 +1,4 @@
-"""``mmptm kg train-embeddings``: knowledge-graph embeddings (TransE, DistMult)."""
+"""``mmptm kg train-embeddings``: knowledge-graph embeddings (TransE, DistMult, RotatE, ComplEx)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 from mmptm.cli.flags import device
 
 # how the help names the defaults of KGETrainConfig
-_SHOWN = {"transe": "TransE", "distmult": "DistMult", "adam": "Adam", "adagrad": "Adagrad",
-          "sgd": "SGD"}  # fmt: skip
+_SHOWN = {"transe": "TransE", "distmult": "DistMult", "rotate": "RotatE", "complex": "ComplEx",
+          "adam": "Adam", "adagrad": "Adagrad", "sgd": "SGD"}  # fmt: skip
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -22,32 +22,40 @@ def _fill(kg: argparse.ArgumentParser) -> None:
 
 def _train_embeddings(kg_sub: argparse._SubParsersAction) -> None:
     from mmptm.layers.kge import LOSSES, MODELS
-    from mmptm.train.kge import OPTIMIZERS, KGETrainConfig
+    from mmptm.train.kge import LR_SCHEDULES, OPTIMIZERS, KGETrainConfig
 
     c = KGETrainConfig()
     kt = kg_sub.add_parser(
         "train-embeddings", argument_default=argparse.SUPPRESS,
-        help="TransE / DistMult with negative sampling; filtered link prediction on test",
+        help="TransE / DistMult / RotatE / ComplEx with negative sampling; filtered link "
+        "prediction on test",
         description=f"Defaults: {_SHOWN[c.model]}, dim {c.dim}, L{c.p_norm}, {c.loss} loss "
-        f"(margin {c.margin:g}, temperature {c.adversarial_temperature:g}), {c.negatives} "
-        f"negatives, {_SHOWN[c.optimizer]} lr {c.lr:g}, batch {c.batch_size}, {c.epochs} "
-        f"epochs, seed {c.seed}, {c.device}.",
+        f"(margin 6 for TransE and RotatE, 0 for DistMult and ComplEx, temperature "
+        f"{c.adversarial_temperature:g}), {c.negatives} negatives, {_SHOWN[c.optimizer]} lr "
+        f"{c.lr:g} ({c.lr_schedule} decay to 0), batch {c.batch_size}, {c.epochs} epochs, seed "
+        f"{c.seed}, {c.device}; unit-norm entities except for RotatE.",
     )  # fmt: skip
     kt.add_argument("triples", help="head<TAB>relation<TAB>tail file, a train/valid/test.txt "
                     "folder (FB15k-237, WN18RR, Wikidata5M) or an OpenKE folder")  # fmt: skip
     kt.add_argument("--out", required=True, help="folder: entities.npy/.txt, relations.*, kge.json")
     kt.add_argument("--model", choices=MODELS)
     kt.add_argument("--dim", type=int)
-    kt.add_argument("--p-norm", type=int, choices=[1, 2], help="TransE's distance")
+    kt.add_argument("--p-norm", type=int, choices=[1, 2],
+                    help="TransE's, RotatE's distance (RotatE's 1: a sum of moduli)")  # fmt: skip
+    kt.add_argument("--normalize-entities", dest="normalize_entities", action="store_true",
+                    help="unit-norm entities (default for TransE and DistMult)")  # fmt: skip
     kt.add_argument("--no-normalize-entities", dest="normalize_entities", action="store_false",
-                    help="no unit-norm constraint on entities")  # fmt: skip
+                    help="no unit-norm entities (default for RotatE, ComplEx)")  # fmt: skip
     kt.add_argument("--loss", choices=LOSSES,
                     help="self-adversarial negative sampling, or margin ranking")  # fmt: skip
-    kt.add_argument("--margin", type=float, help="γ of the loss")
+    kt.add_argument("--margin", type=float,
+                    help="γ of the loss (default: 6 for distances, 0 for products)")  # fmt: skip
     kt.add_argument("--adversarial-temperature", type=float, help="α of nssa (0: uniform)")
     kt.add_argument("--negatives", type=int, help="negatives per positive")
     kt.add_argument("--optimizer", choices=OPTIMIZERS)
     kt.add_argument("--lr", type=float)
+    kt.add_argument("--lr-schedule", choices=LR_SCHEDULES,
+                    help="learning rate over the run: constant, or decayed to 0")  # fmt: skip
     kt.add_argument("--batch-size", type=int)
     kt.add_argument("--epochs", type=int)
     kt.add_argument("--seed", type=int)

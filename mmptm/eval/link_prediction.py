@@ -13,6 +13,9 @@ side and for both sides pooled ("both", as PyKEEN and OpenKE report).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -70,6 +73,64 @@ def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
     return out
 
 
+#: scores [B,E] of every entity as the tail ("tail") or head ("head") of triples [B,3]
+ScoreFn = Callable[[str, np.ndarray], torch.Tensor]
+
+
+@torch.no_grad()
+def side_ranks(score_fn: ScoreFn, triples: np.ndarray, known: np.ndarray, n_relations: int, *,
+               batch_size: int, progress: bool = False) -> dict[str, np.ndarray]:  # fmt: skip
+    """Filtered realistic ranks ``{"tail": [N], "head": [N]}`` of ``triples [N,3]`` under any
+    scorer (a trained model, or a baseline that learns nothing), filtered by ``known [M,3]``."""
+    tails = TrueIndex(known[:, 0], known[:, 1], known[:, 2], n_relations)  # (h, r) → tails
+    heads = TrueIndex(known[:, 2], known[:, 1], known[:, 0], n_relations)  # (t, r) → heads
+    ranks: dict[str, list[np.ndarray]] = {"tail": [], "head": []}
+    bar = progress_bar(total=2 * len(triples), desc="link prediction", unit="query",
+                       enabled=progress)  # fmt: skip
+    for side in ("tail", "head"):
+        index, key, true_col = (tails, 0, 2) if side == "tail" else (heads, 2, 0)
+        for start in range(0, len(triples), batch_size):
+            batch = triples[start : start + batch_size]
+            scores_BE = score_fn(side, batch)
+            rows, cols = index.pairs(batch[:, key], batch[:, 1])
+            true = torch.as_tensor(batch[:, true_col], device=scores_BE.device)
+            ranks[side].append(filtered_ranks(scores_BE, true, rows, cols).cpu().numpy())
+            bar.update(len(batch))
+    bar.close()
+    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in ranks.items()}
+
+
+def side_metrics(ranks: dict[str, np.ndarray], relations: np.ndarray | None = None
+                 ) -> dict[str, Any]:  # fmt: skip
+    """``{"tail", "head", "both"}`` metrics of :func:`side_ranks`; with the test triples'
+    ``relations [N]``, also ``"by_relation": {relation id: metrics of both sides}``."""
+    tail, head = ranks["tail"], ranks["head"]
+    out: dict[str, Any] = {"tail": rank_metrics(tail), "head": rank_metrics(head),
+                           "both": rank_metrics(np.concatenate([tail, head]))}  # fmt: skip
+    if relations is not None:
+        out["by_relation"] = {
+            int(r): rank_metrics(np.concatenate([tail[relations == r], head[relations == r]]))
+            for r in np.unique(relations)
+        }
+    return out
+
+
+def model_scores(model: KGEModel) -> ScoreFn:
+    """A trained model's :data:`ScoreFn`: its queries matched against the whole entity table."""
+    C = 1 << 16  # entities matched per call
+
+    def score(side: str, batch: np.ndarray) -> torch.Tensor:
+        r_BD = model.relations[torch.as_tensor(batch[:, 1]).to(model.device)]
+        if side == "tail":
+            q_BD = model.score.tail_query(model.gather(torch.as_tensor(batch[:, 0])), r_BD)
+        else:
+            q_BD = model.score.head_query(r_BD, model.gather(torch.as_tensor(batch[:, 2])))
+        return torch.cat([model.score.match_all(q_BD, e_CD)
+                          for _, e_CD in model.entity_chunks(C)], dim=1)  # fmt: skip
+
+    return score
+
+
 @torch.no_grad()
 def link_prediction(
     model: KGEModel,
@@ -79,45 +140,18 @@ def link_prediction(
     batch_size: int = 0,
     max_triples: int = 0,
     progress: bool = False,
-) -> dict[str, dict[str, float]]:
+    per_relation: bool = False,
+) -> dict[str, Any]:
     """Filtered ranks of ``triples [N,3]`` (h, r, t), filtered by ``known [M,3]``.
 
-    Returns ``{"tail": metrics, "head": metrics, "both": metrics}`` (see :func:`rank_metrics`).
+    Returns ``{"tail": metrics, "head": metrics, "both": metrics}`` (see :func:`rank_metrics`),
+    and ``"by_relation"`` with ``per_relation`` (:func:`side_metrics`).
     ``batch_size``: queries scored at once (default: as many as keep [B,E] scores ≤ 64 M).
     ``max_triples``: evaluate the first N only (0 = all; for quick checks during training).
     """
     if max_triples:
         triples = triples[:max_triples]
-    n_ent = len(model.entities)
-    B = batch_size or max(1, min(1024, (1 << 26) // n_ent))
-    C = 1 << 16  # entities matched per call
-    n_rel = len(model.relations)
-    tails = TrueIndex(known[:, 0], known[:, 1], known[:, 2], n_rel)  # (h, r) → true tails
-    heads = TrueIndex(known[:, 2], known[:, 1], known[:, 0], n_rel)  # (t, r) → true heads
-    ranks: dict[str, list[np.ndarray]] = {"tail": [], "head": []}
-    bar = progress_bar(total=2 * len(triples), desc="link prediction", unit="query",
-                       enabled=progress)  # fmt: skip
-    rel = model.relations
-    for side in ("tail", "head"):
-        for start in range(0, len(triples), B):
-            batch = triples[start : start + B]
-            h, r, t = (torch.as_tensor(batch[:, i]) for i in range(3))
-            r_BD = rel[r.to(model.device)]
-            if side == "tail":
-                q_BD = model.score.tail_query(model.gather(h), r_BD)
-                rows, cols = tails.pairs(batch[:, 0], batch[:, 1])
-                true = t
-            else:
-                q_BD = model.score.head_query(r_BD, model.gather(t))
-                rows, cols = heads.pairs(batch[:, 2], batch[:, 1])
-                true = h
-            scores = [model.score.match_all(q_BD, e_CD) for _, e_CD in model.entity_chunks(C)]
-            scores_BE = torch.cat(scores, dim=1)
-            ranks[side].append(filtered_ranks(scores_BE, true.to(model.device), rows, cols)
-                               .cpu().numpy())  # fmt: skip
-            bar.update(len(batch))
-    bar.close()
-    tail = np.concatenate(ranks["tail"]) if ranks["tail"] else np.zeros(0)
-    head = np.concatenate(ranks["head"]) if ranks["head"] else np.zeros(0)
-    return {"tail": rank_metrics(tail), "head": rank_metrics(head),
-            "both": rank_metrics(np.concatenate([tail, head]))}  # fmt: skip
+    B = batch_size or max(1, min(1024, (1 << 26) // len(model.entities)))
+    ranks = side_ranks(model_scores(model), triples, known, len(model.relations), batch_size=B,
+                       progress=progress)  # fmt: skip
+    return side_metrics(ranks, triples[:, 1] if per_relation else None)

@@ -7,7 +7,8 @@ without ever being read whole into memory or onto the GPU. Relations are few: a 
 the compute device, updated densely.
 
 Initialisation (both tables): uniform in ±6/√D as in TransE, drawn in fixed chunks of rows from
-one seeded generator, so an in-memory and a memory-mapped table start identical.
+one seeded generator, so an in-memory and a memory-mapped table start identical; RotatE's
+relations are D/2 phases, uniform in ±π (as PyKEEN's ``init_phases``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from mmptm.kg.graph import Embeddings, Vocabulary, save_embeddings
-from mmptm.layers.kge import Scorer
+from mmptm.layers.kge import COMPLEX_MODELS, Scorer, relation_width
 
 INIT_CHUNK = 1 << 16  # rows drawn per call of the generator (fixed: same numbers either way)
 
@@ -32,6 +33,14 @@ def _init_rows(table: torch.Tensor, gen: torch.Generator, normalize: bool) -> No
         rows = torch.empty(min(INIT_CHUNK, len(table) - start), table.shape[1])
         rows.uniform_(-bound, bound, generator=gen)
         table[start : start + len(rows)] = F.normalize(rows, dim=-1) if normalize else rows
+
+
+def default_normalize(model: str) -> bool:
+    """Unit-norm entities unless asked: TransE's constraint, kept for DistMult (as before) and
+    ComplEx (it bounds the product the way PyKEEN's L2 regulariser does; unbounded, ComplEx
+    did not learn a symmetric relation at the default lr); RotatE's moduli stay free, as in its
+    paper and PyKEEN."""
+    return model != "rotate"
 
 
 class KGEModel:
@@ -45,13 +54,17 @@ class KGEModel:
         *,
         model: str = "transe",
         p_norm: int = 1,
-        normalize_entities: bool = True,
+        normalize_entities: bool | None = None,
         device: str | torch.device = "cpu",
         mmap_path: str | Path | None = None,
         seed: int = 0,
     ) -> None:
         self.model, self.p_norm, self.dim = model, p_norm, dim
         self.score = Scorer(model, p_norm)
+        if model in COMPLEX_MODELS and dim % 2:
+            raise ValueError(f"{model}: dim {dim} must be even (D/2 complex numbers per row)")
+        if normalize_entities is None:
+            normalize_entities = default_normalize(model)
         self.normalize_entities = normalize_entities
         self.device = torch.device(device)
         gen = torch.Generator().manual_seed(seed)
@@ -67,8 +80,11 @@ class KGEModel:
         _init_rows(self.entities, gen, normalize_entities)
         if mmap_path is None:
             self.entities = self.entities.to(self.device)
-        rel = torch.empty(n_relations, dim)
-        _init_rows(rel, gen, normalize=False)
+        rel = torch.empty(n_relations, relation_width(model, dim))
+        if model == "rotate":
+            rel.uniform_(-math.pi, math.pi, generator=gen)
+        else:
+            _init_rows(rel, gen, normalize=False)
         self.relations = torch.nn.Parameter(rel.to(self.device))
 
     @property

@@ -26,13 +26,14 @@ import torch
 
 from mmptm.eval.link_prediction import link_prediction
 from mmptm.kg.graph import EMBEDDING_FILES, KnowledgeGraph, load_graph
-from mmptm.layers.kge import LOSSES, MODELS, kge_loss
-from mmptm.models.kge import KGEModel
+from mmptm.layers.kge import COMPLEX_MODELS, LOSSES, MODELS, kge_loss
+from mmptm.models.kge import KGEModel, default_normalize
 from mmptm.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
 OPTIMIZERS = ("adam", "adagrad", "sgd")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 RESULT_FILE = "kge.json"
 
 
@@ -43,13 +44,14 @@ class KGETrainConfig:
     model: str = "transe"
     dim: int = 100
     p_norm: int = 1  # TransE's distance: L1 or L2
-    normalize_entities: bool = True  # TransE's ‖e‖ = 1 after every step
+    normalize_entities: bool | None = None  # ‖e‖ = 1 after every step (None: TransE, DistMult)
     loss: str = "nssa"
-    margin: float = 6.0  # γ of either loss
+    margin: float | None = None  # γ of either loss (None: 6 for distances, 0 for products)
     adversarial_temperature: float = 1.0  # α of nssa (0: uniform weights, KEPLER)
     negatives: int = 32
     optimizer: str = "adam"
     lr: float = 0.01
+    lr_schedule: str = "cosine"  # lr over the run's steps: constant, or linear or cosine to 0
     batch_size: int = 512
     epochs: int = 50
     seed: int = 0
@@ -58,8 +60,19 @@ class KGETrainConfig:
     eval_every: int = 0  # epochs between validation link predictions (0: none)
     eval_max_triples: int = 0  # validation triples evaluated (0: all)
 
+    def resolved(self) -> KGETrainConfig:
+        """This configuration with the model-dependent defaults (``None``) filled in."""
+        return dataclasses.replace(
+            self,
+            margin=default_margin(self.model) if self.margin is None else self.margin,
+            normalize_entities=default_normalize(self.model)
+            if self.normalize_entities is None
+            else self.normalize_entities,
+        )
+
     def check(self) -> None:
-        choices = {"model": MODELS, "loss": LOSSES, "optimizer": OPTIMIZERS}
+        choices = {"model": MODELS, "loss": LOSSES, "optimizer": OPTIMIZERS,
+                   "lr_schedule": LR_SCHEDULES}  # fmt: skip
         for key, allowed in choices.items():
             if getattr(self, key) not in allowed:
                 raise ValueError(f"{key} {getattr(self, key)!r}: expected one of {allowed}")
@@ -70,8 +83,20 @@ class KGETrainConfig:
             raise ValueError(f"epochs must be ≥ 0, got {self.epochs}")
         if self.p_norm not in (1, 2):
             raise ValueError(f"p_norm must be 1 or 2, got {self.p_norm}")
+        if self.model in COMPLEX_MODELS and self.dim % 2:
+            raise ValueError(
+                f"dim {self.dim}: {self.model} needs an even dim (D/2 complex numbers)"
+            )
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device {self.device!r}: CUDA is not available here")
+
+
+def default_margin(model: str) -> float:
+    """γ by default: 6 where the score is a negative distance (TransE, RotatE: a positive
+    needs −d > −6 and a negative −d < −6, PyKEEN's and the RotatE paper's scale); 0 where it
+    is a product (DistMult, ComplEx), whose scores start near 0 and which a γ of 6 makes
+    push every negative below −6 first (measured: a symmetric relation stays unlearnt)."""
+    return 0.0 if model in ("distmult", "complex") else 6.0
 
 
 def _state_table(shape: tuple[int, ...], device: torch.device, path: Path | None) -> torch.Tensor:
@@ -125,6 +150,23 @@ class RowOptimizer:
             update = (self.lr * math.sqrt(bc2) / bc1) * m / (v.sqrt() + self.eps)
         rows_UD = self.table.index_select(0, ids_U) - update
         self.table.index_copy_(0, ids_U, project(rows_UD) if project is not None else rows_UD)
+
+
+def scheduled_lr(cfg: KGETrainConfig, step: int, total: int) -> float:
+    """The learning rate of step ``step`` (0-based) of ``total``: ``constant``, or decayed to 0
+    at the end, ``linear``ly or along a half ``cosine``."""
+    if cfg.lr_schedule == "constant" or total <= 0:
+        return cfg.lr
+    done = step / total
+    if cfg.lr_schedule == "linear":
+        return cfg.lr * (1.0 - done)
+    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * done))
+
+
+def _set_lr(ent_opt: RowOptimizer, rel_opt: torch.optim.Optimizer, lr: float) -> None:
+    ent_opt.lr = lr
+    for group in rel_opt.param_groups:
+        group["lr"] = lr
 
 
 def _dense_optimizer(kind: str, params: list[torch.nn.Parameter], lr: float):
@@ -181,6 +223,7 @@ def train_kge(graph: KnowledgeGraph, cfg: KGETrainConfig, out: Path | None = Non
     test (at the end) when the graph has them. ``out``: needed by ``mmap`` (the table's file).
     """
     cfg.check()
+    cfg = cfg.resolved()
     state_dir = None
     mmap_path = None
     if cfg.mmap:
@@ -212,6 +255,7 @@ def train_kge(graph: KnowledgeGraph, cfg: KGETrainConfig, out: Path | None = Non
         for start in range(0, len(train), cfg.batch_size):
             pos_B3 = train[order[start : start + cfg.batch_size]]
             ent_BN, head_BN = corrupt(pos_B3, cfg.negatives, len(graph.entities), gen)
+            _set_lr(ent_opt, rel_opt, scheduled_lr(cfg, step, cfg.epochs * steps_per_epoch))
             loss = train_step(model, ent_opt, rel_opt, pos_B3, ent_BN, head_BN, cfg)
             step += 1
             if not math.isfinite(loss):
@@ -239,7 +283,11 @@ def train_kge(graph: KnowledgeGraph, cfg: KGETrainConfig, out: Path | None = Non
         "history": history,
     }  # fmt: skip
     if len(graph.splits.get("test", [])):
-        result["test"] = link_prediction(model, graph.splits["test"], known, progress=progress)
+        test = link_prediction(model, graph.splits["test"], known, progress=progress,
+                               per_relation=True)  # fmt: skip
+        names = graph.relations.names
+        test["by_relation"] = {names[r]: m for r, m in test["by_relation"].items()}
+        result["test"] = test
     return model, result
 
 

@@ -77,3 +77,56 @@ def test_rank_metrics_by_hand():
     m = rank_metrics(np.array([1.0, 2.0, 4.0, 20.0]))
     assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05) / 4)
     assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.25, 0.5, 0.75)
+
+
+def complex_rows(x):
+    """[re | im] rows → numpy complex numbers."""
+    k = x.shape[-1] // 2
+    return x[..., :k] + 1j * x[..., k:]
+
+
+@pytest.mark.parametrize("model", ["rotate", "complex"])
+def test_rotate_and_complex_link_prediction_match_brute_force(model):
+    rng = np.random.default_rng(2)
+    n_ent, n_rel, dim = 30, 3, 6
+    known = np.unique(np.stack([rng.integers(0, n_ent, 150), rng.integers(0, n_rel, 150),
+                                rng.integers(0, n_ent, 150)], 1), axis=0)  # fmt: skip
+    test = known[rng.choice(len(known), 40, replace=False)]
+    kge = KGEModel(n_ent, n_rel, dim, model=model, p_norm=1)
+    if model == "complex":  # small integers: exact scores, so ties occur
+        ent = rng.integers(-1, 2, size=(n_ent, dim)).astype(np.float32)
+        rel = rng.integers(-1, 2, size=(n_rel, dim)).astype(np.float32)
+        rel_c = complex_rows(rel.astype(np.float64))
+    else:
+        ent = rng.standard_normal((n_ent, dim)).astype(np.float32)
+        rel = rng.uniform(-np.pi, np.pi, size=(n_rel, dim // 2)).astype(np.float32)
+        rel_c = np.exp(1j * rel.astype(np.float64))
+    kge.entities.copy_(torch.tensor(ent))
+    kge.relations.data.copy_(torch.tensor(rel))
+    ent_c = complex_rows(ent.astype(np.float64))
+
+    def score(h, r, t):  # numpy's complex arithmetic, by the papers' formulas
+        if model == "rotate":
+            return -np.abs(ent_c[h] * rel_c[r] - ent_c[t]).sum(-1)
+        return np.real(ent_c[h] * rel_c[r] * np.conj(ent_c[t])).sum(-1)
+
+    got = link_prediction(kge, test, known, batch_size=7, per_relation=True)
+    true_set = set(map(tuple, known.tolist()))
+    everyone = np.arange(n_ent)
+    tail, head = [], []
+    for h, r, t in test.tolist():
+        s_tail = score(h, r, everyone)
+        tail.append(brute_rank(s_tail, t, {e for e in range(n_ent) if (h, r, e) in true_set}))
+        s_head = score(everyone, r, t)
+        head.append(brute_rank(s_head, h, {e for e in range(n_ent) if (e, r, t) in true_set}))
+    tail, head = np.array(tail), np.array(head)
+    both = np.concatenate([tail, head])
+    assert got["both"]["mrr"] == pytest.approx(np.mean(1 / both))
+    assert got["tail"]["hits@3"] == pytest.approx(np.mean(tail <= 3))
+    assert got["head"]["hits@1"] == pytest.approx(np.mean(head <= 1))
+    for r in range(n_rel):
+        mask = test[:, 1] == r
+        ranks_r = np.concatenate([tail[mask], head[mask]])
+        assert got["by_relation"][r]["mrr"] == pytest.approx(np.mean(1 / ranks_r))
+    if model == "complex":
+        assert np.any(both % 1 == 0.5)  # ties exercised
