@@ -22,6 +22,15 @@ text plug-in, so a run whose recipe sets ``data.modalities.text.spans: {entity: 
 gets the subject's entity id in ``entity_ids`` as in training. The candidate's span travels as
 one more span annotation (``cloze``), which gives its pieces (``cloze_mask``).
 
+**Knowledge.** A query is built through the run's own plug-ins with the knowledge views its
+model declares as input (:func:`query_needs`): besides the text views, every encoder's or
+fusion's view whose plug-in reads only a text sample's members (``txt``, ``json``). So
+K-BERT's sentence tree injects the subject's triples (its ``sentence_tree`` view reads no
+member) and KnowBERT's KAR gets candidate spans (``candidates`` reads ``json``); views of
+images or regions are left out. A knowledge field that training shards get from an offline
+converter (KnowBERT's ``json.candidates``, ``mmptm data candidates``) is not in a query
+sample: ``evaluate_cloze(annotate=...)`` adds it to each one.
+
 **Metrics.** A gold answer's rank is the *realistic* rank among its relation's candidates
 (1 + the candidates scored above it + half those tied with it, as PyKEEN and
 ``mmptm.eval.link_prediction``), so a model that scores everything alike gets no credit.
@@ -37,7 +46,7 @@ import json
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,11 +60,14 @@ from mmptm.modalities.base import Need, merge_needs
 from mmptm.models.load import load_pretrained
 from mmptm.models.pretrain import PretrainModel
 from mmptm.objectives.mlm import MaskedLM
+from mmptm.registry import MODALITIES
 
 MASK = "[MASK]"
 #: the span annotation (batch keys ``cloze_ids`` / ``cloze_mask``) marking a candidate's pieces
 SPAN = "cloze"
 _LANG_IN_NAME = re.compile(r"\.([a-z]{2,3})\.jsonl?$")
+#: the members of a text query sample (:func:`query_sample`)
+QUERY_MEMBERS = ("txt", "json")
 
 
 @dataclass
@@ -221,6 +233,25 @@ def _mlm_head(model: PretrainModel) -> MaskedLM:
     return heads[0]
 
 
+def query_needs(
+    model: PretrainModel, members: Sequence[str] | None = QUERY_MEMBERS
+) -> dict[str, Need]:
+    """The views of ``model`` that query samples with these shard ``members`` can serve: its
+    text views, and each view its encoders or fusion read as input whose plug-in reads no
+    other member (K-BERT's ``sentence_tree``, KnowBERT's ``candidates``; not an image or
+    regions view, nor an objective's labels). ``members`` None: every view."""
+    declared = model.data_needs()
+    if members is None:
+        return declared
+    inputs = [model.fusion.data_needs(), *(e.data_needs() for e in model.encoders.values())]
+    read = {view for needs in inputs for view in needs}
+
+    def served(need: Need) -> bool:
+        return set(MODALITIES.get(need.modality).members) <= set(members)
+
+    return {v: n for v, n in declared.items() if n.modality == "text" or (v in read and served(n))}
+
+
 @torch.no_grad()
 def score_queries(
     model: PretrainModel,
@@ -234,11 +265,12 @@ def score_queries(
 ) -> dict[str, tuple[float, int]]:
     """Mean log-probability of each sample's ``cloze`` span pieces with them masked, and the
     number of pieces, by sample key (samples as :func:`query_sample` makes them).
-    ``text_only``: read the samples' text views alone (False: every view the model reads, for
-    samples that carry its image or regions too, a visual cloze)."""
+    ``text_only``: the samples are text samples: read the views :func:`query_needs` keeps
+    (the text and the knowledge the model reads with it; False: every view the model reads,
+    for samples that carry its image or regions too, a visual cloze)."""
     mlm = _mlm_head(model)
     view = mlm.cfg.modality
-    needs = {v: n for v, n in model.data_needs().items() if n.modality == "text" or not text_only}
+    needs = query_needs(model, QUERY_MEMBERS if text_only else None)
     span = {view: Need("text", {"spans": {SPAN: SPAN}})}
     needs = merge_needs([("model", needs), ("cloze", span)])
     prefix = mlm.prefix
@@ -292,9 +324,14 @@ def evaluate_cloze(
     batch_size: int = 64,
     model: tuple[PretrainModel, Any, Any] | None = None,
     sentence: int | None = None,
+    annotate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Cloze P@1 / P@10 / MRR of a run (directory or checkpoint) on a LAMA T-REx file:
     ``overall``, ``by_relation`` and ``by_<field>`` for each ``group_by`` field present.
+
+    ``annotate``: adds to each query sample (``txt``, ``json`` with the candidate's span
+    under ``cloze``) the knowledge fields an offline converter wrote into the run's training
+    shards (KnowBERT's candidate spans); it returns the sample.
 
     ``sentence``: score each line's masked sentence of that index alone (a line without it
     is an error); default: all of them, as a prompt ensemble.
@@ -314,6 +351,8 @@ def evaluate_cloze(
     m = _LANG_IN_NAME.search(Path(file).name)
     default = language or (m.group(1) if m else (tokenizer.languages or ["en"])[0])
     samples = _cloze_samples(items, cands, language, default)
+    if annotate is not None:
+        samples = (annotate(s) for s in samples)
     scored = score_queries(net, cfg, tokenizer, samples, device=device, batch_size=batch_size)
     r, pieces = _gold_ranks(items, cands, scored)
     result: dict[str, Any] = {
@@ -412,6 +451,7 @@ __all__ = [
     "evaluate_cloze",
     "format_cloze",
     "mean_piece_logprob",
+    "query_needs",
     "query_sample",
     "rank_metrics",
     "read_candidates",

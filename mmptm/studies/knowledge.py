@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,13 @@ import torch
 
 from mmptm import toyworld
 from mmptm.converters.answers import build_answer_vocab, shard_answers, write_answer_vocab
-from mmptm.converters.candidates import build_generator, write_candidate_shards
+from mmptm.converters.candidates import (
+    CandidateGenerator,
+    CandidateStats,
+    build_generator,
+    sample_candidates,
+    write_candidate_shards,
+)
 from mmptm.converters.spans import convert_spans
 from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
@@ -103,9 +109,7 @@ def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
     kge = train_embeddings(k / "graph", k / "transe", KGETrainConfig(epochs=kge_epochs, seed=seed),
                            progress=False)  # fmt: skip
     write_triple_shards(k / "graph", k / "graph" / "descriptions.txt", k / "triples")
-    generator = build_generator(k / "graph" / "aliases.txt", triples=k / "graph" / "train.txt",
-                                entities=k / "transe" / "entities.txt", confusers=CONFUSERS,
-                                seed=seed)  # fmt: skip
+    generator = candidate_generator(data, seed)
     write_candidate_shards(f"{k}/text/*.tar", k / "candidates", generator, progress=False)
     for task in ("typing", "relations"):
         for split in ("train", "dev", "test"):
@@ -116,15 +120,51 @@ def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
     return data, kge
 
 
-def _cloze(run: Path, data: Path, languages: Sequence[str]) -> dict[str, Any]:
-    """Cloze P@1 per wording, language and facts group."""
+#: a query sample -> the sample with the knowledge fields its run's training shards carry
+Annotate = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def candidate_generator(data: Path, seed: int) -> CandidateGenerator:
+    """KnowBERT's candidate generator of the study (its training shards' and the probe's)."""
+    k = data / "knowledge"
+    return build_generator(k / "graph" / "aliases.txt", triples=k / "graph" / "train.txt",
+                           entities=k / "transe" / "entities.txt", confusers=CONFUSERS,
+                           seed=seed)  # fmt: skip
+
+
+def cloze_annotator(cfg: Any, data: Path, seed: int) -> Annotate | None:
+    """What the run's training shards carry that a cloze query lacks, added to each query
+    (``evaluate_cloze(annotate=)``): for a run that reads candidate spans (KnowBERT), the
+    candidate spans of the query's text by the generator its shards were written with, none
+    over the masked answer (whose candidates would hand KAR the answer's own entity); None
+    for the others."""
+    field = getattr(cfg.model.fusion, "candidates", None)
+    if not isinstance(field, str):
+        return None
+    generator, stats = candidate_generator(data, seed), CandidateStats()
+
+    def annotate(sample: dict[str, Any]) -> dict[str, Any]:
+        meta = sample["json"]
+        ((a, b, _),) = meta[SPAN]
+        spans = sample_candidates(sample["txt"], meta.get("mentions"), generator, stats)
+        meta[field] = [x for x in spans if x[1] <= a or x[0] >= b]
+        return sample
+
+    return annotate
+
+
+def _cloze(
+    run: Path, data: Path, languages: Sequence[str], annotate: Annotate | None = None
+) -> dict[str, Any]:
+    """Cloze P@1 per wording, language and facts group (``annotate``: of
+    :func:`cloze_annotator`)."""
     loaded = load_pretrained(str(run))
     result: dict[str, Any] = {}
     for wording, index in CLOZE_WORDINGS.items():
         per_lang = {}
         for lang in languages:
             r = evaluate_cloze(str(run), str(data / "knowledge" / "probe" / f"cloze.{lang}.jsonl"),
-                               model=loaded, sentence=index)  # fmt: skip
+                               model=loaded, sentence=index, annotate=annotate)  # fmt: skip
             per_lang[lang] = {g: r["by_facts"][g]["p@1"] for g in GROUPS}
         result[wording] = {
             "per_language": per_lang,
@@ -337,7 +377,7 @@ def knowledge_study(
                     row[key] = visual_cloze(run, data, seed, swap_entities=swap, model=loaded)
                 row["kvqa"] = _kvqa(run, data, run.with_name(run.name + "_kvqa"), ft_steps, seed)
             else:
-                row["cloze"] = _cloze(run, data, languages)
+                row["cloze"] = _cloze(run, data, languages, cloze_annotator(cfg, data, seed))
                 linker = any(o.type == "linking" for o in cfg.model.objectives.values())
                 if linker and getattr(cfg.model.fusion, "knowledge", True):
                     row["linking"] = evaluate_linking(str(run))
