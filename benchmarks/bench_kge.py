@@ -137,7 +137,8 @@ def run_mmptm(data: Path, out: Path, args: argparse.Namespace) -> dict:
     cfg = KGETrainConfig(
         model="transe", dim=args.dim, p_norm=1, loss="nssa", margin=args.margin,
         adversarial_temperature=args.temperature, negatives=args.negatives,
-        optimizer=args.optimizer, lr=args.lr, batch_size=args.batch_size, epochs=args.epochs,
+        optimizer=args.optimizer, lr=args.lr, lr_schedule="constant",  # as PyKEEN here
+        batch_size=args.batch_size, epochs=args.epochs,
         seed=args.seed, mmap=args.mmap,
     )  # fmt: skip
     r = train_embeddings(data, out, cfg, progress=False)
