@@ -348,8 +348,7 @@ def evaluate_cloze(
     cands = relation_candidates(items, candidates)
     net, tokenizer, cfg = model or load_pretrained(run, overrides)
     net = net.to(device).eval()
-    m = _LANG_IN_NAME.search(Path(file).name)
-    default = language or (m.group(1) if m else (tokenizer.languages or ["en"])[0])
+    default = language or probe_language(Path(file), tokenizer.languages)
     samples = _cloze_samples(items, cands, language, default)
     if annotate is not None:
         samples = (annotate(s) for s in samples)
@@ -373,6 +372,13 @@ def evaluate_cloze(
         if any(v is not None for v in values):
             result[f"by_{name}"] = _grouped(r, [str(v) for v in values])
     return result
+
+
+def probe_language(file: Path, languages: Sequence[str] = ()) -> str:
+    """The language a ``NAME.<lang>.jsonl`` file name gives, else the first of ``languages``
+    (else en)."""
+    m = _LANG_IN_NAME.search(file.name)
+    return m.group(1) if m else (list(languages) or ["en"])[0]
 
 
 def _one_sentence(items: list[ClozeItem], sentence: int, file: str) -> list[ClozeItem]:
@@ -451,6 +457,7 @@ __all__ = [
     "evaluate_cloze",
     "format_cloze",
     "mean_piece_logprob",
+    "probe_language",
     "query_needs",
     "query_sample",
     "rank_metrics",

@@ -52,7 +52,16 @@ from mmptm.converters.candidates import (
 from mmptm.converters.spans import convert_spans
 from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
-from mmptm.eval.cloze import SPAN, evaluate_cloze, rank_metrics, realistic_ranks, score_queries
+from mmptm.eval.cloze import (
+    SPAN,
+    evaluate_cloze,
+    probe_language,
+    query_sample,
+    rank_metrics,
+    read_cloze,
+    realistic_ranks,
+    score_queries,
+)
 from mmptm.eval.linking import evaluate_linking
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
@@ -171,6 +180,61 @@ def _cloze(
             **{g: sum(v[g] for v in per_lang.values()) / len(per_lang) for g in GROUPS},
         }
     return result
+
+
+@torch.no_grad()
+def tree_attention(
+    run: Path | str, probe: Path | str, *, sentence: int = 1, overrides: Sequence[str] = ()
+) -> list[dict[str, float]]:
+    """Does a K-BERT run carry an injected triple to the cloze's mask? Per layer, on the
+    queries of the LAMA file ``probe`` filled with their gold answer (its pieces masked, as
+    the cloze scores them): ``mask_to_mention``, the attention mass of the masked pieces on
+    the subject's mention, and ``mention_to_branch``, that of the mention's pieces on its
+    injected branches (means over heads and pieces), each beside ``uniform``: the mass a
+    uniform attention over the keys each may see would give (``*_uniform``)."""
+    model, tokenizer, cfg = load_pretrained(str(run), overrides)
+    items = read_cloze(probe)
+    lang = probe_language(Path(probe))
+    samples = [query_sample(it, sentence, it.obj_label, lang, f"{i:07d}")
+               for i, it in enumerate(items)]  # fmt: skip
+    blocks = model.fusion.stack.blocks
+    weights: list[torch.Tensor] = []  # per block [B,H,L,L], filled by the hooks
+
+    def keep(module: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        weights.append(module.weights(args[0], mask_BK=kwargs["mask_BK"]))
+
+    hooks = [b.attn.register_forward_hook(keep, with_kwargs=True) for b in blocks]
+    sums = torch.zeros(len(blocks), 4, dtype=torch.float64)
+    counts = torch.zeros(2, dtype=torch.float64)
+    fuse = model.fuse
+
+    def spy(batch: dict[str, Any]) -> Any:
+        weights.clear()
+        out = fuse(batch)
+        vis_BLL = batch["visible_mask"] & batch["attention_mask"][:, None, :]
+        masked_BL, inj_BL = batch[f"{SPAN}_mask"], batch["injected_mask"]
+        mention_BL = batch["entity_mask"] & ~inj_BL
+        pairs = ((masked_BL, mention_BL), (mention_BL, inj_BL))
+        for k, (q_BL, key_BL) in enumerate(pairs):
+            counts[k] += float(q_BL.sum())
+            share_BL = (vis_BLL & key_BL[:, None, :]).sum(-1) / vis_BLL.sum(-1).clamp_min(1)
+            for n, w_BHLL in enumerate(weights):
+                mass_BL = (w_BHLL * key_BL[:, None, None, :]).sum(-1).mean(1)
+                sums[n, 2 * k] += float(mass_BL[q_BL].sum())
+                sums[n, 2 * k + 1] += float(share_BL[q_BL].sum())
+        return out
+
+    model.fuse = spy  # type: ignore[method-assign]
+    try:
+        score_queries(model, cfg, tokenizer, samples)
+    finally:
+        del model.fuse
+        for h in hooks:
+            h.remove()
+    keys = ("mask_to_mention", "mask_to_mention_uniform", "mention_to_branch",
+            "mention_to_branch_uniform")  # fmt: skip
+    means = sums / counts.clamp_min(1).repeat_interleave(2)
+    return [dict(zip(keys, row.tolist())) for row in means]
 
 
 def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: int,

@@ -24,22 +24,32 @@ def _made_of_lines() -> list[dict]:
     ]  # fmt: skip
 
 
-def _kbert(run: Path, tmp: Path, knowledge: bool = True):
-    """The toy text run read as K-BERT (same parameters: kbert is single_stream plus the
-    visible matrix) with a graph stating every toy's material."""
-    from mmptm.models.load import load_pretrained
+def made_of_probe(tmp: Path) -> Path:
+    """A LAMA file of every toy's material, ``c.en.jsonl``."""
+    probe = tmp / "c.en.jsonl"
+    probe.write_text("".join(json.dumps(d) + "\n" for d in _made_of_lines()))
+    return probe
 
+
+def kbert_overrides(tmp: Path, knowledge: bool = True) -> list[str]:
+    """Overrides that read the toy text run as K-BERT (same parameters: kbert is
+    single_stream plus the visible matrix) with a graph stating every toy's material."""
     graph = tmp / "graph"
     graph.mkdir(exist_ok=True)
     (graph / "train.txt").write_text("".join(
         f"T{i:03d}\tmade_of\tM{i % len(MATERIALS)}\n" for i in range(len(TOYS))))  # fmt: skip
     (tmp / "entities.txt").write_text("".join(f"T{i:03d}\n" for i in range(len(TOYS))))
     (tmp / "aliases.txt").write_text("".join(f"M{i}\t{m}\n" for i, m in enumerate(MATERIALS)))
-    over = ["model.fusion.type=kbert", f"model.fusion.graph={graph}",
+    return ["model.fusion.type=kbert", f"model.fusion.graph={graph}",
             f"model.fusion.entities={tmp}/entities.txt",
             f"model.fusion.aliases={{'*': {tmp}/aliases.txt}}", "model.fusion.max_len=60",
             f"model.fusion.knowledge={str(knowledge).lower()}"]  # fmt: skip
-    return load_pretrained(str(run), over)
+
+
+def _kbert(run: Path, tmp: Path, knowledge: bool = True):
+    from mmptm.models.load import load_pretrained
+
+    return load_pretrained(str(run), kbert_overrides(tmp, knowledge))
 
 
 def _oracle(model, monkeypatch, seen: list) -> None:
@@ -76,9 +86,7 @@ def test_an_answer_only_the_injected_triple_gives(toy_text_run, tmp_path, monkey
     model, tok, cfg = _kbert(toy_text_run, tmp_path, knowledge)
     seen: list[dict] = []
     _oracle(model, monkeypatch, seen)
-    probe = tmp_path / "c.en.jsonl"
-    probe.write_text("".join(json.dumps(d) + "\n" for d in _made_of_lines()))
-    result = evaluate_cloze("", str(probe), model=(model, tok, cfg))
+    result = evaluate_cloze("", str(made_of_probe(tmp_path)), model=(model, tok, cfg))
     n, C = len(TOYS), len(MATERIALS)
     assert result["overall"]["n"] == n
     if not knowledge:  # nothing injected: every candidate scores alike, the realistic rank
@@ -126,8 +134,7 @@ def test_knowbert_queries_carry_the_annotated_spans(toy_text_run, tmp_path, monk
         sample["json"]["candidates"] = [[start, end, [int(entity[1:]), 5], [0.7, 0.3], 0]]
         return sample
 
-    probe = tmp_path / "c.en.jsonl"
-    probe.write_text("".join(json.dumps(d) + "\n" for d in _made_of_lines()))
+    probe = made_of_probe(tmp_path)
     linked = evaluate_cloze("", str(probe), model=(model, tok, cfg), annotate=annotate)
     spans = torch.cat([b["candidate_spans"] for b in seen])
     ids = torch.cat([b["candidate_ids"] for b in seen])
