@@ -314,6 +314,7 @@ def common_overrides(args: argparse.Namespace, data: Path) -> list[str]:
 
 def pretrain(args: argparse.Namespace) -> None:
     data, runs = Path(args.data), Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
     train, _ = split_specs(data, args.test_fold)
     for recipe in args.recipes.split(","):
         out = runs / recipe
@@ -353,6 +354,7 @@ def predictions(run: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def finetune(args: argparse.Namespace) -> None:
     data, runs = Path(args.data), Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
     _, test = split_specs(data, args.test_fold)
     for recipe in args.recipes.split(","):
         name = f"finetune {recipe}" + (" scratch" if args.scratch else "") + args.tag
