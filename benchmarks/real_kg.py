@@ -125,8 +125,7 @@ test = TriplesFactory.from_path(a["data"] + "/test.txt", **ids)
 model_kwargs = dict(embedding_dim=a["dim"])
 if a["model"] == "TransE":
     model_kwargs["scoring_fct_norm"] = a["p_norm"]
-if a["model"] in ("ComplEx", "DistMult"):
-    model_kwargs["regularizer"] = None  # mmptm has none
+# ComplEx keeps PyKEEN's default L2 regulariser: it bounds the product as mmptm's unit norm does
 schedule = {}
 if a["lr_schedule"] == "cosine":
     schedule = dict(lr_scheduler="CosineAnnealingLR", lr_scheduler_kwargs=dict(T_max=a["epochs"]))
@@ -158,6 +157,7 @@ def run_pykeen(python: str, data: Path, flags: dict[str, str]) -> dict:
     known = KGETrainConfig.__dataclass_fields__
     typed = {k: known[k].type for k in flags if k in known}
     cfg = KGETrainConfig(**{k: _parse(v, typed[k]) for k, v in flags.items() if k in typed})
+    cfg = cfg.resolved()  # the model-dependent margin
     complex_model = cfg.model in ("rotate", "complex")
     if cfg.model == "rotate" and cfg.p_norm != 2:
         print("note: PyKEEN's RotatE is the L2 one (mmptm --p-norm 2)", flush=True)
