@@ -13,7 +13,8 @@ pictures, CLDR 41 names and keywords in en, de, fr, es, ru, ja), splits it by em
 / val / test share no picture and no name), writes Karpathy's dataset JSON and the shards with
 ``mmptm data karpathy`` (``en/``: one sample a picture, its two English captions), the
 same samples with the captions of every language (``multi/``), and BPE tokenizers with
-``mmptm tokenizer train``. ``baselines``: colour histograms and random-weight CNN features
+``mmptm tokenizer train`` (1000 pieces, and one piece per training word:
+``tokenizer_words``). ``baselines``: colour histograms and random-weight CNN features
 mapped onto bag-of-words caption vectors by ridge regression fitted on train (the ridge
 weight picked on val). ``pretrain`` runs ``mmptm pretrain`` per recipe on the ``en`` shards;
 ``eval`` runs ``mmptm eval retrieval`` on every run; ``peer`` trains open_clip's ``CLIP``
@@ -128,6 +129,10 @@ def prepare(args: argparse.Namespace) -> None:
     sh([*MMPTM, "tokenizer", "train", "--input", f"{data}/en/train-*.tar", "--out",
         str(data / "tokenizer"), "--vocab-size", str(args.vocab),
         "--model-type", "bpe"])  # fmt: skip
+    # a piece per training word (more pieces than words: the first pieces are characters)
+    sh([*MMPTM, "tokenizer", "train", "--input", f"{data}/en/train-*.tar", "--out",
+        str(data / "tokenizer_words"), "--vocab-size", "12000", "--model-type", "bpe",
+        "--fit-to-data"])  # fmt: skip
     sh([*MMPTM, "tokenizer", "train", "--input", f"{data}/multi/train-*.tar", "--out",
         str(data / "tokenizer_multi"), "--vocab-size", str(args.vocab_multi),
         "--model-type", "bpe"])  # fmt: skip
