@@ -278,7 +278,7 @@ def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         rows[f"{kind} mean+std, logistic"] = evaluate_features(
             [stats_features(w, kind) for w in waves], labels
         ) | {"seconds": time.perf_counter() - t0}
-    for recipe in ("wav2vec2_tiny", "clap_tiny"):
+    for recipe in ("wav2vec2_tiny", "clap_tiny", "speechbert_tiny"):
         t0 = time.perf_counter()
         feats, ys = random_encoder_features(recipe, data, folders, args.seconds)
         rows[f"random-weight {recipe} encoder, logistic"] = evaluate_features(feats, ys) | {
