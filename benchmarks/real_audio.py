@@ -248,7 +248,15 @@ def evaluate_features(feats: list[torch.Tensor], labels: list[np.ndarray]) -> di
         f1s.append(r["macro_f1"])
         if test == k - 1:
             out.update(r)
-    return out | {"kfold_acc": float(np.mean(accs)), "kfold_macro_f1": float(np.mean(f1s))}
+    return out | kfold(accs, f1s)
+
+
+def kfold(accs: list[float], f1s: list[float]) -> dict[str, float]:
+    """The k-fold means and each fold's accuracy and macro-F1 (fold i tested, others trained)."""
+    out = {"kfold_acc": float(np.mean(accs)), "kfold_macro_f1": float(np.mean(f1s))}
+    for i, (a, f) in enumerate(zip(accs, f1s, strict=True)):
+        out |= {f"fold{i + 1}_acc": a, f"fold{i + 1}_macro_f1": f}
+    return out
 
 
 def majority(labels: list[np.ndarray]) -> dict[str, float]:
@@ -264,7 +272,7 @@ def majority(labels: list[np.ndarray]) -> dict[str, float]:
         f1s.append(r["macro_f1"])
         if test == k - 1:
             out.update(r)
-    return out | {"kfold_acc": float(np.mean(accs)), "kfold_macro_f1": float(np.mean(f1s))}
+    return out | kfold(accs, f1s)
 
 
 def baselines(args: argparse.Namespace) -> dict[str, dict[str, float]]:
