@@ -4,9 +4,10 @@ held out, beside baselines that learn nothing (docs/results/real-audio.md).
     python benchmarks/real_audio.py prepare   --data data/real_audio
     python benchmarks/real_audio.py baselines --data data/real_audio
     python benchmarks/real_audio.py pretrain  --data data/real_audio --runs runs/real_audio \\
-        [--recipes wav2vec2_tiny,hubert_tiny] [--steps N] [--set k=v ...]
+        [--recipes wav2vec2_tiny,hubert_tiny,speechbert_tiny] [--steps N] [--set k=v ...]
     python benchmarks/real_audio.py finetune  --data data/real_audio --runs runs/real_audio \\
-        [--recipes wav2vec2_tiny,hubert_tiny] [--scratch] [--steps N] [--set k=v ...]
+        [--recipes ...] [--scratch] [--steps N] [--set k=v ...] [--tag NAME]
+    (pretrain / finetune --test-fold K: the k-fold protocol, runs in RUNS/test_fold<K>)
 
 ``prepare`` fetches Debian's ``hydrogen-drumkits`` and ``hydrogen-data`` with ``apt-get
 download`` (``real_audio_data.py``: kits → labelled clips → author-grouped folds in ESC-50's
@@ -16,7 +17,8 @@ of the test fold is seen in training). ``baselines`` scores, on that split and a
 mean: the majority class; log-mel statistics (mean and standard deviation per band) and
 MFCC statistics, each with a logistic regression fitted on the train folds; and the
 pooled vector of each audio recipe's randomly initialised encoder with the same probe.
-``pretrain`` trains wav2vec2_tiny / hubert_tiny on the train folds' audio (HuBERT: MFCC
+``pretrain`` trains wav2vec2_tiny / hubert_tiny / speechbert_tiny (its audio side alone:
+masked log-mel frames, no written text) on the train folds' audio, no labels (HuBERT: MFCC
 units fitted with ``mmptm units fit`` first). ``finetune`` runs the ``audio_classification``
 recipe from each pre-trained run (``--scratch``: the same shape from random weights) and
 scores accuracy and macro-F1 on the test fold. Results go to ``<runs>/results.json``.
