@@ -2,9 +2,9 @@
 retrieval beside baselines that learn nothing and an equal-shape open_clip model (issue 37).
 
     python benchmarks/real_vl.py prepare   --data data/real_vl
-    python benchmarks/real_vl.py baselines --data data/real_vl [--split test]
+    python benchmarks/real_vl.py baselines --data data/real_vl [--split test] [--langs en,de]
     python benchmarks/real_vl.py pretrain  --data data/real_vl --runs runs/real_vl \\
-        [--recipes clip_tiny,albef_tiny] [--steps N] [--set k=v ...]
+        [--recipes clip_tiny] [--steps N] [--tag _x] [--langs en,de] [--set k=v ...]
     python benchmarks/real_vl.py eval      --data data/real_vl --runs runs/real_vl [--split test]
     python benchmarks/real_vl.py peer      --data data/real_vl --runs runs/real_vl [--steps N]
 
@@ -20,6 +20,10 @@ weight picked on val). ``pretrain`` runs ``mmptm pretrain`` per recipe on the ``
 ``eval`` runs ``mmptm eval retrieval`` on every run; ``peer`` trains open_clip's ``CLIP``
 at clip_tiny's shape on the same batches (mmptm's loader) for the same steps and scores it
 the same way. Queries: each picture's English name (caption 0); chance R@k = k / N.
+``--langs`` (a comma list) uses the ``multi`` shards and their tokenizer instead, scoring
+each language's names. The recipes read pictures (``clip_tiny``; ``vilt_tiny`` reads patches
+too); those over region features (``albef_tiny``, ``uniter_tiny`` ...) need a detector's
+features, which this data set does not have.
 """
 
 from __future__ import annotations
