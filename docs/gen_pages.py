@@ -421,4 +421,8 @@ def main() -> None:
             f.write(text)
 
 
-main()
+# mkdocs-gen-files runs this file with runpy.run_path, whose module name is "<run_path>";
+# outside a build mkdocs_gen_files.open writes into docs/ itself, so importing this file (to
+# preview a table) must not run it.
+if __name__ == "<run_path>":
+    main()
