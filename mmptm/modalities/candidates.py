@@ -17,6 +17,10 @@ M and C are the batch's largest (at least 1). A span that covers no piece, or wh
 the text view's ``max_len`` cuts off (the batch stage :class:`DropTruncated`, from the
 view's lengths), is dropped and counted (:attr:`CandidatesData.dropped`, logged at 1, 10,
 100...). A sample without the field has no spans (a source without candidates).
+
+Spans are found on the unmasked text, so after masking (:class:`DropMasked`, on by
+``drop_masked``) a span with a piece masked LM predicts is dropped too, counted the same way:
+its candidates would name the masked answer's entity.
 """
 
 from __future__ import annotations
@@ -54,6 +58,15 @@ def piece_span(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tupl
     return (covered[0] + 1, covered[-1] + 1) if covered else (-1, -1)
 
 
+def _drop(batch: Batch, drop_BM: torch.Tensor) -> None:
+    """Turn the spans of ``drop_BM`` into padding (no candidates, no gold)."""
+    batch["candidate_spans"] = batch["candidate_spans"].masked_fill(drop_BM[..., None], -1)
+    batch["candidate_ids"] = batch["candidate_ids"].masked_fill(drop_BM[..., None], -1)
+    batch["candidate_priors"] = batch["candidate_priors"].masked_fill(drop_BM[..., None], 0.0)
+    batch["candidate_gold"] = batch["candidate_gold"].masked_fill(drop_BM, -1)
+    batch["candidate_mask"] = batch["candidate_mask"] & ~drop_BM
+
+
 @dataclass
 class DropTruncated:
     """The batch stage that drops spans whose pieces the text view's ``max_len`` cut off
@@ -74,13 +87,38 @@ class DropTruncated:
         n = int(cut_BM.sum())
         if n:
             _count(self.dropped, "cut off by max_len", n)
-            batch["candidate_spans"] = spans_BM2.masked_fill(cut_BM[..., None], -1)
-            batch["candidate_ids"] = batch["candidate_ids"].masked_fill(cut_BM[..., None], -1)
-            batch["candidate_priors"] = batch["candidate_priors"].masked_fill(
-                cut_BM[..., None], 0.0
-            )
-            batch["candidate_gold"] = batch["candidate_gold"].masked_fill(cut_BM, -1)
-            batch["candidate_mask"] = batch["candidate_mask"] & ~cut_BM
+            _drop(batch, cut_BM)
+        return batch
+
+
+@dataclass
+class DropMasked:
+    """The batch stage that drops spans a piece of which masked LM predicts (priority 21:
+    after masking, 20). Spans are found on the unmasked text, so a masked name would still
+    bring its own entity's candidates, and the model learns to read the answer off them
+    (the knowledge study's cloze: 78.9% P@1 with the answer's span, 14.4% without)."""
+
+    data_priority: ClassVar[int] = 21
+
+    text_prefix: str
+    dropped: Counter[str] = field(default_factory=Counter)
+
+    def __call__(self, batch: Batch, g: torch.Generator) -> Batch:
+        spans_BM2 = batch.get("candidate_spans")
+        labels_BL = batch.get(f"{self.text_prefix}mlm_labels")
+        if spans_BM2 is None or labels_BL is None:
+            return batch
+        target_BL = labels_BL >= 0  # masked LM's ignored positions are negative
+        # pieces predicted up to each position: a span holds one iff the count rises across it
+        seen_BL = torch.nn.functional.pad(target_BL.long().cumsum(1), (1, 0))
+        first_BM = spans_BM2[..., 0].clamp(min=0)
+        last_BM = spans_BM2[..., 1].clamp(min=0)
+        hit_BM = seen_BL.gather(1, last_BM + 1) > seen_BL.gather(1, first_BM)
+        hit_BM = hit_BM & batch["candidate_mask"]
+        n = int(hit_BM.sum())
+        if n:
+            _count(self.dropped, "masked for prediction", n)
+            _drop(batch, hit_BM)
         return batch
 
 
@@ -102,6 +140,9 @@ class CandidatesData(Modality):
         entities: str = ""
         #: candidates per span kept, best prior first (KnowBERT: 30)
         max_candidates: int = 30
+        #: drop a span when masked LM predicts one of its pieces (else the candidates name
+        #: the masked answer's entity)
+        drop_masked: bool = True
 
     def __init__(self, cfg: Config, **kwargs: Any) -> None:
         super().__init__(cfg, **kwargs)
@@ -117,9 +158,12 @@ class CandidatesData(Modality):
                 "one sentence per row (turn packing off)"
             )
         self.rows = read_id_list(cfg.entities) if cfg.entities else None
-        self.stage = DropTruncated(view_prefix("text", cfg.text_view))
-        #: spans dropped in this process, by why (the stage's count is its worker's)
-        self.dropped: Counter[str] = self.stage.dropped
+        prefix = view_prefix("text", cfg.text_view)
+        #: spans dropped in this process, by why (the stages' counts are their worker's)
+        self.dropped: Counter[str] = Counter()
+        self.stages = [DropTruncated(prefix, self.dropped)]
+        if cfg.drop_masked:
+            self.stages.append(DropMasked(prefix, self.dropped))
 
     def _row(self, entity: Any) -> int:
         """The table row of an entity id (-1: unknown to the id list)."""
@@ -190,4 +234,4 @@ class CandidatesData(Modality):
         return out
 
     def transforms(self) -> list[Any]:
-        return [self.stage]
+        return list(self.stages)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mmptm.modalities.base import DataContext
-from mmptm.modalities.candidates import CandidatesData, DropTruncated, piece_span
+from mmptm.modalities.candidates import CandidatesData, DropMasked, DropTruncated, piece_span
 
 
 class _Tok:
@@ -90,3 +90,55 @@ def test_spans_cut_off_by_max_len_are_dropped_and_counted():
     assert out["candidate_ids"][1, 1].tolist() == [-1] and out["candidate_gold"][1, 1] == -1
     assert float(out["candidate_priors"][1, 1].sum()) == 0.0
     assert stage.dropped["cut off by max_len"] == 1
+
+
+def _spans_batch(spans, labels):
+    """A batch of the candidates stages' keys: spans [B,M,2] (-1 padding), one candidate
+    each, and masked LM labels [B,L] (-100 where nothing is predicted)."""
+    spans_BM2 = torch.tensor(spans)
+    real_BM = spans_BM2[..., 0] >= 0
+    return {
+        "candidate_spans": spans_BM2,
+        "candidate_ids": torch.where(real_BM, 0, -1)[..., None],
+        "candidate_priors": real_BM.float()[..., None],
+        "candidate_gold": torch.where(real_BM, 0, -1),
+        "candidate_mask": real_BM,
+        "mlm_labels": torch.tensor(labels),
+    }
+
+
+def test_spans_with_a_predicted_piece_are_dropped_and_counted():
+    # row 0: pieces 2 and 5 are predicted; spans [1,1] (no), [2,3] (piece 2), [4,6] (piece 5),
+    # [3,4] (no). Row 1: nothing predicted, one span and padding.
+    n = -100
+    batch = _spans_batch(
+        [[[1, 1], [2, 3], [4, 6], [3, 4]], [[1, 2], [-1, -1], [-1, -1], [-1, -1]]],
+        [[n, n, 7, n, n, 9, n, n], [n] * 8],
+    )
+    stage = DropMasked("")
+    out = stage(batch, torch.Generator())
+    assert out["candidate_mask"].tolist() == [
+        [True, False, False, True],
+        [True, False, False, False],
+    ]
+    assert out["candidate_spans"][0, 1].tolist() == [-1, -1]
+    assert out["candidate_spans"][0, 2].tolist() == [-1, -1]
+    assert out["candidate_ids"][0, :, 0].tolist() == [0, -1, -1, 0]
+    assert out["candidate_gold"][0].tolist() == [0, -1, -1, 0]
+    assert out["candidate_priors"][0, :, 0].tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert stage.dropped["masked for prediction"] == 2
+
+
+def test_a_span_ending_at_the_last_piece_is_checked_there():
+    n = -100
+    batch = _spans_batch([[[3, 4]], [[3, 4]]], [[n, n, n, n, 5], [n, n, n, 5, n]])
+    out = DropMasked("")(batch, torch.Generator())
+    assert out["candidate_mask"].tolist() == [[False], [False]]
+
+
+def test_drop_masked_off_keeps_the_stage_out(plugin, tmp_path):
+    assert [type(s) for s in plugin.transforms()] == [DropTruncated, DropMasked]
+    ids = tmp_path / "entities.txt"
+    cfg = CandidatesData.Config(entities=str(ids), drop_masked=False)
+    off = CandidatesData(cfg, views=["candidates"], context=DataContext(tokenizer=_Tok()))
+    assert [type(s) for s in off.transforms()] == [DropTruncated]
