@@ -1,5 +1,6 @@
-"""The language-model output head objectives share: a BERT transform, then logits over the
-vocabulary through the text encoder's word embeddings (tied), plus a bias.
+"""Heads objectives share: the language-model output head (a BERT transform, then logits over
+the vocabulary through the text encoder's word embeddings, tied, plus a bias) and the task
+heads' two-layer classifier.
 
 Legend: M positions, D width, V vocabulary.
 """
@@ -28,6 +29,17 @@ class TiedHead(nn.Module):
 
     def forward(self, h_MD: torch.Tensor) -> torch.Tensor:
         return F.linear(self.transform(h_MD), self._word[0].weight, self.bias)  # [M,V]
+
+
+def mlp_head(width: int, hidden: int, out: int, layer_norm_eps: float = 1e-12) -> nn.Sequential:
+    """The task heads' classifier (UNITER's): Linear → GELU → LayerNorm → Linear to ``out``
+    scores (state-dict names ``0.*``, ``2.*``, ``3.*``)."""
+    return nn.Sequential(
+        nn.Linear(width, hidden),
+        nn.GELU(),
+        nn.LayerNorm(hidden, eps=layer_norm_eps),
+        nn.Linear(hidden, out),
+    )
 
 
 def token_loss(

@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from mmptm.batch import Batch
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
+from mmptm.objectives.heads import mlp_head
 from mmptm.objectives.rows import repeat_rows
 from mmptm.registry import OBJECTIVES
 
@@ -92,12 +92,7 @@ class ImagePairHead(Objective):
             raise ValueError(f"image_pair.hidden_mult must be >= 1, got {cfg.hidden_mult}")
         self.cfg = cfg
         hidden = cfg.hidden_mult * 2 * width
-        self.head = nn.Sequential(
-            nn.Linear(2 * width, hidden),
-            nn.GELU(),
-            nn.LayerNorm(hidden, eps=cfg.layer_norm_eps),
-            nn.Linear(hidden, 2),
-        )
+        self.head = mlp_head(2 * width, hidden, 2, cfg.layer_norm_eps)
         init_weights(self)
 
     def data_needs(self) -> dict[str, Need]:

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from mmptm.batch import Batch
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
+from mmptm.objectives.heads import mlp_head
 from mmptm.registry import OBJECTIVES
 
 #: IoU at which a picked region counts as right (RefCOCO's evaluation)
@@ -78,12 +78,7 @@ class RegionSelection(Objective):
             raise ValueError(f"region_selection.hidden_mult must be >= 1, got {cfg.hidden_mult}")
         self.cfg = cfg
         hidden = cfg.hidden_mult * width
-        self.head = nn.Sequential(
-            nn.Linear(width, hidden),
-            nn.GELU(),
-            nn.LayerNorm(hidden, eps=cfg.layer_norm_eps),
-            nn.Linear(hidden, 1),
-        )
+        self.head = mlp_head(width, hidden, 1, cfg.layer_norm_eps)
         init_weights(self)
 
     def data_needs(self) -> dict[str, Need]:

@@ -22,13 +22,13 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from mmptm.batch import Batch
 from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Objective
+from mmptm.objectives.heads import mlp_head
 from mmptm.objectives.rows import repeat_rows
 from mmptm.registry import OBJECTIVES
 
@@ -103,12 +103,7 @@ class MultipleChoiceHead(Objective):
             raise ValueError(f"multiple_choice.choices must be >= 2, got {cfg.choices}")
         self.cfg = cfg
         hidden = cfg.hidden_mult * width
-        self.head = nn.Sequential(
-            nn.Linear(width, hidden),
-            nn.GELU(),
-            nn.LayerNorm(hidden, eps=cfg.layer_norm_eps),
-            nn.Linear(hidden, 1),
-        )
+        self.head = mlp_head(width, hidden, 1, cfg.layer_norm_eps)
         init_weights(self)
 
     def data_needs(self) -> dict[str, Need]:

@@ -40,6 +40,7 @@ from mmptm.encoders.base import init_weights
 from mmptm.fusion.base import FusionOutput
 from mmptm.modalities.base import Need
 from mmptm.objectives.base import Aliases, Lines, Objective, Resource
+from mmptm.objectives.heads import mlp_head
 from mmptm.registry import OBJECTIVES
 
 # --------------------------------------------------------------------------------------------
@@ -290,12 +291,7 @@ class VQAHead(Objective):
             raise ValueError(f"vqa.hidden_mult must be >= 1, got {cfg.hidden_mult}")
         self.num_answers = n
         hidden = cfg.hidden_mult * width
-        self.head = nn.Sequential(
-            nn.Linear(width, hidden),
-            nn.GELU(),
-            nn.LayerNorm(hidden, eps=cfg.layer_norm_eps),
-            nn.Linear(hidden, n),
-        )
+        self.head = mlp_head(width, hidden, n, cfg.layer_norm_eps)
         self._fusion = (fusion,)  # a tuple keeps the fusion's modules out of this one
         self.to_entity: nn.Linear | None = None
         if cfg.answer_entities:
