@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import json
 import pkgutil
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
@@ -138,6 +139,28 @@ class Commands:
             return run
 
         return deco
+
+    def register_writer(
+        self, name: str, summary: str, write: Callable[..., Any], ints: tuple[str, ...],
+        example: str,
+    ) -> None:  # fmt: skip
+        """Register ``write(out, **ints)`` as a command: ``--out`` plus an integer flag per
+        keyword of ``ints`` (defaults from ``write``'s signature); it prints what ``write``
+        returns as json."""
+
+        def add_arguments(p: Any) -> None:
+            p.add_argument("--out", required=True, help=f"e.g. {example}")
+            for key in ints:
+                p.add_argument(
+                    "--" + key.replace("_", "-"), type=int, default=default_of(write, key)
+                )
+
+        def run(args: Any) -> int:
+            stats = write(args.out, **{key: getattr(args, key) for key in ints})
+            print(json.dumps(stats, indent=1))
+            return 0
+
+        self.register(name, summary, add_arguments)(run)
 
     def __iter__(self) -> Iterator[Command]:
         """The commands in the order of their names."""

@@ -19,15 +19,13 @@ images" is more often false, "exactly one image" more often true). Samples
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mmptm.data.shards import ShardWriter
-from mmptm.registry import CONVERTERS, default_of
+from mmptm.registry import CONVERTERS
 from mmptm.toyworld.detector import _detections
 from mmptm.toyworld.scene import COLORS, SHAPES, SPLITS, Scene, sample_scene
 
@@ -103,22 +101,10 @@ def write_nlvr2(
     return stats
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="e.g. data/toyworld/nlvr2")
-    for name in ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"):
-        flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=int, default=default_of(write_nlvr2, name))
-
-
-@CONVERTERS.register(
-    "toyworld-nlvr2", "toyworld's NLVR2 analogue (a statement about two scenes)", _arguments
-)
-def _command(args: argparse.Namespace) -> int:
-    stats = write_nlvr2(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
-                        seed=args.seed, image_size=args.image_size,
-                        shard_size=args.shard_size)  # fmt: skip
-    print(json.dumps(stats, indent=1))
-    return 0
+CONVERTERS.register_writer(
+    "toyworld-nlvr2", "toyworld's NLVR2 analogue (a statement about two scenes)", write_nlvr2,
+    ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"), "data/toyworld/nlvr2",
+)  # fmt: skip
 
 
 __all__ = ["statement", "write_nlvr2"]

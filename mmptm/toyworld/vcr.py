@@ -21,8 +21,6 @@ object) and ``json`` = ``{"question_id", "task", "question", "choices", "label",
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ import numpy as np
 
 from mmptm.converters.vcr import vcr_samples
 from mmptm.data.shards import ShardWriter
-from mmptm.registry import CONVERTERS, default_of
+from mmptm.registry import CONVERTERS
 from mmptm.toyworld.detector import _detections
 from mmptm.toyworld.language import LEXICON
 from mmptm.toyworld.scene import (
@@ -122,22 +120,10 @@ def write_vcr(
     return stats
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="e.g. data/toyworld/vcr")
-    for name in ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"):
-        flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=int, default=default_of(write_vcr, name))
-
-
-@CONVERTERS.register(
-    "toyworld-vcr", "toyworld's VCR analogue (answers and rationales about a scene)", _arguments
-)
-def _command(args: argparse.Namespace) -> int:
-    stats = write_vcr(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
-                      seed=args.seed, image_size=args.image_size,
-                      shard_size=args.shard_size)  # fmt: skip
-    print(json.dumps(stats, indent=1))
-    return 0
+CONVERTERS.register_writer(
+    "toyworld-vcr", "toyworld's VCR analogue (answers and rationales about a scene)", write_vcr,
+    ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"), "data/toyworld/vcr",
+)  # fmt: skip
 
 
 __all__ = ["vcr_question", "write_vcr"]
