@@ -24,10 +24,8 @@ not a candidate). toyworld's names are unique (every alias names one entity), so
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
-import os
 import random
 import tarfile
 from collections import Counter
@@ -36,8 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmptm.converters.linking import CASE_MODES, exact_case, fold, word_edges
-from mmptm.converters.linking import _tar_samples as tar_groups
+from mmptm.converters.linking import CASE_MODES, exact_case, fold, rewrite_shards, word_edges
 from mmptm.data.shards import count_samples, encode_member, expand_shards
 from mmptm.kg.graph import iter_triples, read_aliases
 from mmptm.modalities.base import read_id_list
@@ -244,23 +241,14 @@ def write_candidate_shards(
     stats = CandidateStats()
     bar = progress_bar(total=count_samples(urls), desc="candidates", unit="sample",
                        enabled=progress)  # fmt: skip
+
+    def one(group: list[tuple[tarfile.TarInfo, bytes]], url: str) -> list:
+        stats.samples += 1
+        bar.update()
+        return _candidate_group(group, url, generator, field_name, stats)
+
     with bar:
-        for url in urls:
-            target = out / Path(url).name
-            tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-            try:
-                with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as dst:
-                    for group in tar_groups(url):
-                        for info, data in _candidate_group(group, url, generator, field_name,
-                                                           stats):  # fmt: skip
-                            dst.addfile(info, io.BytesIO(data))
-                        stats.samples += 1
-                        bar.update()
-                os.replace(tmp, target)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-            stats.shards.append(str(target))
+        stats.shards.extend(rewrite_shards(urls, out, one))
     return stats
 
 

@@ -40,7 +40,7 @@ import os
 import tarfile
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -364,25 +364,42 @@ def link_shards(
     stats = LinkStats(dictionaries=sizes)
 
     bar = progress_bar(total=count_samples(urls), desc="link", unit="sample", enabled=progress)
+
+    def one(group: list[tuple[tarfile.TarInfo, bytes]], url: str) -> list:
+        stats.samples += 1
+        bar.update()
+        return _link_group(group, url, dictionaries, wanted, text_field, stats)
+
     with bar:
-        for url in urls:
-            target = out / Path(url).name
-            tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-            try:
-                with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as dst:
-                    for group in _tar_samples(url):
-                        for info, data in _link_group(group, url, dictionaries, wanted,
-                                                      text_field, stats):  # fmt: skip
-                            dst.addfile(info, io.BytesIO(data))
-                        stats.samples += 1
-                        bar.update()
-                os.replace(tmp, target)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-            stats.shards.append(str(target))
+        for target in rewrite_shards(urls, out, one):
+            stats.shards.append(target)
             bar.set_postfix(mentions=stats.mentions)
     return stats
+
+
+def rewrite_shards(
+    urls: Sequence[str],
+    out: Path,
+    rewrite: Callable[
+        [list[tuple[tarfile.TarInfo, bytes]], str], Iterable[tuple[tarfile.TarInfo, bytes]]
+    ],
+) -> Iterator[str]:
+    """Copy each shard of ``urls`` into ``out`` under its file name, each sample's members
+    (header, bytes) through ``rewrite(members, url)``; a shard is written under a temporary
+    name and renamed once complete. Yields each shard written."""
+    for url in urls:
+        target = out / Path(url).name
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        try:
+            with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as dst:
+                for group in _tar_samples(url):
+                    for info, data in rewrite(group, url):
+                        dst.addfile(info, io.BytesIO(data))
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        yield str(target)
 
 
 def _link_group(
