@@ -93,6 +93,7 @@ _OPTIONS = (
         words={None: "the whole test split"},
     ),
     _Option("--seed", "seed of the data, the tokenizer and pre-training"),
+    _Option("--shared-looks", "knowledge: toyworld's toys per look, 1 each its own"),
 )
 
 

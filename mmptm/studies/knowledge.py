@@ -104,13 +104,15 @@ GROUPS = ("text", "graph")
 CONFUSERS = 3
 
 
-def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int,
-                      kge_epochs: int) -> tuple[Path, dict[str, Any]]:  # fmt: skip
+def prepare_knowledge(out: Path, *, n_train: int, n_test: int, seed: int, kge_epochs: int,
+                      shared_looks: int = 1) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """toyworld's knowledge view, a BPE tokenizer on its text and captions, the graph's TransE
-    vectors, KEPLER's triple shards and the span tasks' shards; returns (data, TransE result)."""
+    vectors, KEPLER's triple shards and the span tasks' shards; returns (data, TransE result).
+    ``shared_looks``: toys per look (toyworld's option)."""
     data = out / "toyworld"
     toyworld.generate(data, n_train=n_train, n_val=n_test, n_test=n_test, seed=seed,
-                      languages=LANGS, views=("knowledge",), progress=True)  # fmt: skip
+                      languages=LANGS, views=("knowledge",), progress=True,
+                      shared_looks=shared_looks)  # fmt: skip
     k = data / "knowledge"
     shards = sorted([*(k / "text").glob("train-*.tar"), *(k / "image_text").glob("train-*.tar")])
     train_tokenizer(shards, data / "tokenizer", vocab_size=1000, seed=seed, model_type="bpe",
@@ -320,7 +322,8 @@ def visual_cloze_queries(
     (:func:`swapped_toys`), and ``gold``, ``facts`` and ``entity`` are that toy's: a model
     that reads the fact off the region's entity follows the swap, one that reads it off the
     appearance does not."""
-    world = build_world(seed)
+    manifest = json.loads((data / "manifest.json").read_text())
+    world = build_world(seed, manifest["knowledge"].get("shared_looks", 1))
     swap = swapped_toys(seed) if swap_entities else {}
     shards = expand_shards(f"{data}/knowledge/image_text/test-*.tar")
     queries: list[dict[str, Any]] = []
@@ -399,24 +402,28 @@ def knowledge_study(
     languages: Sequence[str] = LANGS,
     seed: int = 0,
     overrides: Sequence[str] = (),
+    shared_looks: int = 1,
 ) -> dict[str, Any]:
     """Per recipe, with vs. without the graph: cloze, typing, relations (and knowledge VQA
     for vision-language recipes), by facts group. results.json is rewritten after each run.
     ``ft_steps``: of every fine-tuning (None: 300 for typing and relations, kvqa.yaml's own
-    for knowledge VQA)."""
+    for knowledge VQA). ``shared_looks``: toyworld's toys per look (not 1: data and runs
+    under ``out/shared_looks_K``, apart from the default world's)."""
     unknown = [r for r in recipes if r not in KNOWLEDGE_RECIPES]
     if unknown:
         raise ValueError(
             f"knowledge recipes: {unknown} unknown; choices: {list(KNOWLEDGE_RECIPES)}"
         )
+    if shared_looks != 1:
+        out = out / f"shared_looks_{shared_looks}"
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
     t0 = time.monotonic()
     data, kge = prepare_knowledge(out, n_train=n_train, n_test=n_test, seed=seed,
-                                  kge_epochs=kge_epochs)  # fmt: skip
+                                  kge_epochs=kge_epochs, shared_looks=shared_looks)  # fmt: skip
     times["data, tokenizer, TransE"] = time.monotonic() - t0
     settings = {"n_train": n_train, "steps": steps, "ft_steps": ft_steps,
-                "kge_epochs": kge_epochs, "seed": seed}  # fmt: skip
+                "kge_epochs": kge_epochs, "seed": seed, "shared_looks": shared_looks}  # fmt: skip
     result: dict[str, Any] = {"transe": {"test": kge.get("test"), "train": kge.get("train")},
                               "runs": {}, "settings": settings}  # fmt: skip
     runs: dict[str, Path] = {}

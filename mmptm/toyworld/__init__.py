@@ -113,7 +113,7 @@ from mmptm.toyworld.detector import (
     one_thread,
     roi_features,
 )
-from mmptm.toyworld.knowledge import build_world, knowledge_manifest
+from mmptm.toyworld.knowledge import SHARED_LOOKS, build_world, knowledge_manifest
 from mmptm.toyworld.knowledge_sets import KNOWLEDGE_VIEWS
 from mmptm.toyworld.language import (
     CAPTION_FIELDS,
@@ -388,6 +388,7 @@ def generate(
     views: Sequence[str] | None = None,
     voice: str = "builtin",
     progress: bool = False,
+    shared_looks: int = 1,
 ) -> dict[str, Any]:
     """Write the toyworld data set under ``out_dir`` and return its manifest.
 
@@ -410,15 +411,18 @@ def generate(
 
     ``voice``: the speech view's synthesiser, ``builtin`` or ``espeak`` (``espeak-ng``).
     ``progress``: a bar (or log lines, off a terminal) counting the views written per split.
+    ``shared_looks``: the knowledge view's toys per look (1: each toy its own; see
+    :mod:`~mmptm.toyworld.knowledge`).
     """
     counts = {"train": n_train, "val": n_val, "test": n_test}
     languages = tuple(languages)
     views = tuple(VIEWS) if views is None else tuple(views)
     _check_args(counts, languages, image_size, shard_size, views, voice)
     out = Path(out_dir)
-    cfg = ViewSettings(
-        languages=languages, image_size=image_size, views=views, voice=voice, seed=seed
-    )
+    if shared_looks not in SHARED_LOOKS:
+        raise ValueError(f"shared_looks must be one of {SHARED_LOOKS}, got {shared_looks}")
+    cfg = ViewSettings(languages=languages, image_size=image_size, views=views, voice=voice,
+                       seed=seed, shared_looks=shared_looks)  # fmt: skip
     shards: dict[str, dict[str, list[str]]] = {view: {} for view in views}
     samples: dict[str, dict[str, int]] = {view: {} for view in views}
     by_language: dict[str, dict[str, dict[str, Any]]] = {}
@@ -440,7 +444,7 @@ def generate(
         samples=samples, shards=shards, by_language=by_language,
     )  # fmt: skip
     _add_earlier_views(out, manifest, views)
-    _add_sections(manifest, seed, voice if "speech" in views else None)
+    _add_sections(manifest, seed, voice if "speech" in views else None, shared_looks)
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest
 
@@ -541,7 +545,9 @@ def _add_earlier_views(out: Path, manifest: dict[str, Any], views: Sequence[str]
         manifest[field] = {v: merged[v] for v in ALL_VIEWS if v in merged}
 
 
-def _add_sections(manifest: dict[str, Any], seed: int, voice: str | None) -> None:
+def _add_sections(
+    manifest: dict[str, Any], seed: int, voice: str | None, shared_looks: int = 1
+) -> None:
     """The ``video``, ``knowledge`` and ``audio`` sections, for a data set holding views of
     that kind (this run's or an earlier one's). ``voice``: None unless this run spoke."""
     if set(manifest["shards"]) & set(VIDEO_VIEWS):
@@ -554,6 +560,6 @@ def _add_sections(manifest: dict[str, Any], seed: int, voice: str | None) -> Non
             "qa_languages": ["en"],
         }
     if set(manifest["shards"]) & set(KNOWLEDGE_VIEWS):
-        manifest["knowledge"] = knowledge_manifest(seed)
+        manifest["knowledge"] = knowledge_manifest(seed, shared_looks)
     if set(manifest["shards"]) & set(AUDIO_VIEWS):
         manifest["audio"] = audio_manifest(voice)

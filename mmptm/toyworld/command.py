@@ -26,6 +26,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--voice", default=default_of(generate, "voice"), choices=VOICES,
                    help="the speech view's synthesiser: the built-in one, or espeak-ng if "
                         "installed")  # fmt: skip
+    p.add_argument("--shared-looks", type=int, default=default_of(generate, "shared_looks"),
+                   help="knowledge view: toys per look (1, 2, 3, 5 or 6; 1: each toy its "
+                        "own looks)")  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -44,6 +47,7 @@ def _toyworld_command(args: argparse.Namespace) -> int:
         views=_views(args.views),
         voice=args.voice,
         progress=not args.no_progress,
+        shared_looks=args.shared_looks,
     )
     counts = manifest.get("counts", {})
     print(f"toyworld → {args.out}: {counts} in {time.perf_counter() - t0:.1f}s")

@@ -25,6 +25,13 @@ writes, under ``knowledge/``:
   (:mod:`~mmptm.toyworld.knowledge_sets`)
 
 Entity ids: toys ``T000``..., materials ``M00``..., persons ``P00``..., places ``L00``....
+
+``shared_looks`` K (:data:`SHARED_LOOKS`; default 1, the world above): the toys share looks,
+K toys a look, all K text toys or all graph toys, with pairwise different facts in every
+relation; a scene's object shows one of its look's toys, drawn per scene
+(:meth:`World.scene_toys`), and the view draws the scenes in the toys' looks
+(:meth:`World.dress`). A toy's looks then narrow it down to K toys; only its entity (the
+region's, or its name's mention) tells which.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from mmptm.toyworld.language import LEXICON, _noun_phrase, definite
-from mmptm.toyworld.scene import COLORS, SHAPES, SIZES, SPLITS, Obj
+from mmptm.toyworld.scene import COLORS, SHAPES, SIZES, SPLITS, Obj, Scene
 from mmptm.toyworld.views import _write_atomic
 
 #: the relations the probes ask about, in the order of :data:`VALUES`
@@ -55,6 +62,12 @@ SCENE_TO_TOY_SPLIT = {"train": "train", "val": "dev", "test": "test"}
 _LANGS = ("en", "de", "fr", "ru", "es")  # the order of the name columns below
 _WORLD_STREAM = 11  # entropy words [seed, 11]: a world's draws never shift a scene's streams
 _TEXT_STREAM = 12
+#: [seed, 18]: which toys share a look, and the looks; [*scene.entropy, 18, k]: a scene's
+#: looks (k 0) and toys (k 1)
+_LOOKS_STREAM = 18
+#: ``shared_looks`` that work: a look's toys are all text or all graph toys (30 each), and each
+#: size keeps at least 4 looks with distinct (shape, colour) pairs (a scene's objects)
+SHARED_LOOKS = (1, 2, 3, 5, 6)
 
 # Value entities: names per language (en de fr ru es), then the entity type it gives a toy
 # (entity typing). Single words, so a cloze [MASK] is one word in every language.
@@ -234,10 +247,38 @@ class World:
     toys: tuple[Toy, ...]
     values: dict[str, Value]  # id -> value, in VALUES order
     friend_triples: dict[str, tuple[tuple[str, str, str], ...]]  # train / valid / test
+    shared_looks: int = 1  # toys per look
+    #: (shape, colour, size) -> the ids of the toys that look so (shared looks only)
+    look_toys: dict[tuple[str, str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def toy_of(self, obj: Obj) -> Toy:
         """The toy an object of a scene shows (toys are all the appearances)."""
+        if self.shared_looks != 1:
+            raise ValueError("with shared looks an object's toy depends on its scene: scene_toys")
         return self.toy(f"T{_LOOKS.index((obj.shape, obj.color, obj.size)):03d}")
+
+    def dress(self, scene: Scene) -> Scene:
+        """The scene as this world draws it: itself, or with shared looks each object in one
+        of the toys' looks of its size (place and size kept, so the layout still holds;
+        (shape, colour) pairs stay distinct, as the scenes' are)."""
+        if self.shared_looks == 1:
+            return scene
+        rng = np.random.default_rng([*scene.entropy, _LOOKS_STREAM, 0])
+        looks = {z: [k for k in self.look_toys if k[2] == z] for z in SIZES}
+        objs = []
+        for obj in scene.objects:
+            shape, color, _ = looks[obj.size].pop(int(rng.integers(len(looks[obj.size]))))
+            objs.append(replace(obj, shape=shape, color=color))
+        return replace(scene, objects=tuple(objs))
+
+    def scene_toys(self, scene: Scene) -> tuple[Toy, ...]:
+        """The toy each object of a (dressed) scene shows: its look's toy, or with shared
+        looks one of its look's toys, drawn for the scene."""
+        if self.shared_looks == 1:
+            return tuple(self.toy_of(o) for o in scene.objects)
+        rng = np.random.default_rng([*scene.entropy, _LOOKS_STREAM, 1])
+        ids = [self.look_toys[(o.shape, o.color, o.size)] for o in scene.objects]
+        return tuple(self.toy(t[int(rng.integers(len(t)))]) for t in ids)
 
     def toy(self, entity: str) -> Toy:
         return self.toys[int(entity[1:])]
@@ -311,8 +352,11 @@ def _balanced(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def build_world(seed: int) -> World:
-    """The toys, their names and facts, drawn from ``seed`` alone."""
+def build_world(seed: int, shared_looks: int = 1) -> World:
+    """The toys, their names and facts, drawn from ``seed`` alone; ``shared_looks``: toys
+    per look (:data:`SHARED_LOOKS`; the same toys, names and facts in other looks)."""
+    if shared_looks not in SHARED_LOOKS:
+        raise ValueError(f"shared_looks must be one of {SHARED_LOOKS}, got {shared_looks}")
     rng = np.random.default_rng([seed, _WORLD_STREAM])
     values: dict[str, Value] = {}
     for relation, rows in VALUES.items():
@@ -367,7 +411,48 @@ def build_world(seed: int) -> World:
         )
         for i in range(n)
     )
-    return World(toys, values, {k: tuple(v) for k, v in triples.items()})
+    world = World(toys, values, {k: tuple(v) for k, v in triples.items()})
+    return world if shared_looks == 1 else _share_looks(world, seed, shared_looks)
+
+
+def _share_looks(world: World, seed: int, k: int) -> World:
+    """``world`` with its toys ``k`` to a look (:func:`build_world`): groups of text toys
+    and of graph toys, facts pairwise different in each; the looks' (shape, colour) pairs
+    distinct, sizes alternating."""
+    rng = np.random.default_rng([seed, _LOOKS_STREAM])
+    groups = [g for in_text in (True, False)
+              for g in _unlike_groups(rng, [t for t in world.toys if t.facts_in_text == in_text],
+                                      k)]  # fmt: skip
+    pairs = rng.permutation(len(SHAPES) * len(COLORS))[: len(groups)]
+    colors, sizes = list(COLORS), list(SIZES)
+    looks = [(SHAPES[int(p) // len(colors)], colors[int(p) % len(colors)], sizes[i % len(sizes)])
+             for i, p in enumerate(pairs)]  # fmt: skip
+    look_of = {t.id: look for look, g in zip(looks, groups) for t in g}
+    toys = tuple(replace(t, shape=look_of[t.id][0], color=look_of[t.id][1],
+                         size=look_of[t.id][2]) for t in world.toys)  # fmt: skip
+    look_toys = {look: tuple(t.id for t in g) for look, g in zip(looks, groups)}
+    return replace(world, toys=toys, shared_looks=k, look_toys=look_toys)
+
+
+def _unlike_groups(rng: np.random.Generator, toys: list[Toy], k: int) -> list[list[Toy]]:
+    """``toys`` in groups of ``k`` whose facts differ pairwise in every relation (greedy over
+    random orders until one works)."""
+    for _ in range(10_000):
+        left = [toys[int(i)] for i in rng.permutation(len(toys))]
+        groups: list[list[Toy]] = []
+        while left:
+            group = [left.pop(0)]
+            for toy in list(left):
+                if len(group) < k and all(toy.facts[r] != g.facts[r] for g in group
+                                          for r in FACT_RELATIONS):  # fmt: skip
+                    group.append(toy)
+                    left.remove(toy)
+            if len(group) < k:
+                break
+            groups.append(group)
+        else:
+            return groups
+    raise ValueError(f"no grouping of {len(toys)} toys by {k} with different facts")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -528,11 +613,13 @@ def graph_files(world: World, languages: Sequence[str]) -> dict[str, str]:
     return files
 
 
-def knowledge_manifest(seed: int) -> dict[str, Any]:
-    """The manifest's ``knowledge`` section: sizes, relations and chance levels."""
+def knowledge_manifest(seed: int, shared_looks: int = 1) -> dict[str, Any]:
+    """The manifest's ``knowledge`` section: sizes, relations and chance levels (and
+    ``shared_looks`` when not 1)."""
     world = build_world(seed)
     n_values = {r: len(VALUES[r]) for r in FACT_RELATIONS}
     return {
+        **({"shared_looks": shared_looks} if shared_looks != 1 else {}),
         "root": "knowledge",
         "toys": len(world.toys),
         "facts_in_text": sum(t.facts_in_text for t in world.toys),

@@ -210,12 +210,12 @@ def kvqa_questions(world: World, scene: Scene) -> list[tuple[VqaQuestion, dict[s
     (English value names, lower case as VQA's), and what they ask (entity, relation,
     region, answer entity, facts)."""
     rng = np.random.default_rng([*scene.entropy, _KVQA_STREAM])
-    objs = scene.objects
+    objs, toys = scene.objects, world.scene_toys(scene)
     split = SCENE_TO_TOY_SPLIT[scene.split]
-    asked = [i for i, o in enumerate(objs) if world.toy_of(o).split == split]
+    asked = [i for i, t in enumerate(toys) if t.split == split]
     out = []
     for k, i in enumerate(rng.permutation(asked)[:2].tolist()):
-        toy = world.toy_of(objs[i])
+        toy = toys[i]
         relation = FACT_RELATIONS[int(rng.integers(len(FACT_RELATIONS)))]
         refs = _references(objs, i)
         template, question_type = _KVQA_ASK[relation]
@@ -234,7 +234,7 @@ def kvqa_questions(world: World, scene: Scene) -> list[tuple[VqaQuestion, dict[s
 
 
 def _names(world: World, scene: Scene, lang: str) -> dict[str, str]:
-    return {world.toy_of(o).id: world.toy_of(o).names[lang] for o in scene.objects}
+    return {t.id: t.names[lang] for t in world.scene_toys(scene)}
 
 
 def caption_fact(world: World, scene: Scene) -> dict[str, Any] | None:
@@ -242,12 +242,13 @@ def caption_fact(world: World, scene: Scene) -> dict[str, Any] | None:
     (None when the scene shows none; a graph-only toy's facts stay in the graph), a random
     relation: ``region``, ``entity``, ``relation``, ``answer_entity``."""
     rng = np.random.default_rng([*scene.entropy, _CAPTION_FACT_STREAM])
-    told = [i for i, o in enumerate(scene.objects) if world.toy_of(o).facts_in_text]
+    toys = world.scene_toys(scene)
+    told = [i for i, t in enumerate(toys) if t.facts_in_text]
     if not told:
         return None
     i = told[int(rng.integers(len(told)))]
     relation = FACT_RELATIONS[int(rng.integers(len(FACT_RELATIONS)))]
-    toy = world.toy_of(scene.objects[i])
+    toy = toys[i]
     return {"region": i, "entity": toy.id, "relation": relation,
             "answer_entity": toy.facts[relation]}  # fmt: skip
 
@@ -259,7 +260,7 @@ def scene_sample_json(world: World, scene: Scene, record: dict, languages: Seque
     their mentions (the fact's value, then the toys' names; the pictured toy is no mention),
     the fact (``caption_fact``), the toy of each object (``toys``, = ``region_entities``:
     regions are the objects, in order)."""
-    toys = [world.toy_of(o) for o in scene.objects]
+    toys = world.scene_toys(scene)
     fact = caption_fact(world, scene)
     captions, mentions = {}, {}
     for lang in languages:
@@ -267,7 +268,9 @@ def scene_sample_json(world: World, scene: Scene, record: dict, languages: Seque
         opening: list[list] = []
         if fact is not None:
             obj = scene.objects[fact["region"]]
-            sentence, (a, b) = pictured_fact_sentence(world, obj, fact["relation"], lang)
+            sentence, (a, b) = pictured_fact_sentence(
+                world, obj, fact["relation"], lang, fact["answer_entity"]
+            )
             caption = f"{sentence} {caption}"
             opening = [[a, b, fact["answer_entity"]]]
         captions[lang] = caption
@@ -292,7 +295,8 @@ def _drop_other_languages(folder: Path, pattern: str, keep: set[str]) -> None:
 def write_knowledge(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings) -> None:
     """The knowledge view (module docstrings): graph and downstream files once (with train),
     text, image_text and kvqa shards per split."""
-    world = build_world(cfg.seed)
+    world = build_world(cfg.seed, cfg.shared_looks)
+    scenes = [world.dress(s) for s in scenes]  # shared looks: the objects in the toys' looks
     root, split = out.root, out.split
     if split == "train":
         write_files(root / "graph", graph_files(world, cfg.languages))
@@ -337,7 +341,7 @@ def write_knowledge(scenes: Sequence[Scene], out: ViewOutput, cfg: ViewSettings)
     with kvqa.writer() as writer:
         for scene, q, about in items:
             jpg, npz = media_of[scene.key]
-            ids = [world.toy_of(o).id for o in scene.objects]
+            ids = [t.id for t in world.scene_toys(scene)]
             record = qa_record(q, ("image_id", scene.index), **about, region_entities=ids)
             writer.write({"__key__": str(q.question_id), "jpg": jpg, "regions.npz": npz,
                           "json": record})  # fmt: skip

@@ -96,6 +96,7 @@ class ViewSettings:
     views: tuple[str, ...] = ()  # the views being written (empty: unknown, compute everything)
     voice: str = "builtin"  # the speech view's synthesiser (see sound.speak)
     seed: int = 0  # the data seed, for views that draw beyond the scenes (knowledge)
+    shared_looks: int = 1  # knowledge: toys per look (1: each toy its own)
 
 
 class ViewOutput:
