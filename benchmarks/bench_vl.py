@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import report_ratio, time_interleaved
+from harness import report_ratio, step_gflop, time_interleaved
 
 from mmptm.config import from_dict
 from mmptm.encoders.base import VocabInfo
@@ -30,7 +30,7 @@ from mmptm.models.pretrain import PretrainModel, data_transforms
 from mmptm.recipe import ModelConfig
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seq", type=int, default=32, help="text tokens")
@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def batches(args, cfg: ModelConfig, vocab: VocabInfo, n: int) -> list[dict]:
@@ -103,8 +103,18 @@ def step(model, loss_fn):
     return fn
 
 
-def main() -> None:
-    args = parse_args()
+def work(mm, hf, hf_loss, batch) -> float:
+    """Print each side's GFLOPs per step and return HF's ÷ mmptm's: the speed ratio that
+    equal efficiency per FLOP would give."""
+    ours, theirs = step_gflop(lambda b: mm(b).loss, batch), step_gflop(hf_loss, batch)
+    mm.zero_grad(), hf.zero_grad()
+    print(f"  GFLOP/step mmptm {ours:.1f} hf {theirs:.1f} (hf / mmptm {theirs / ours:.3f})")
+    return theirs / ours
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Time both pairs; returns the speed ratios and HF ÷ mmptm FLOP ratios."""
+    args = parse_args(argv)
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
     import transformers
@@ -145,6 +155,7 @@ def main() -> None:
 
     print(f"\nsingle stream: params mmptm={sum(p.numel() for p in mm.parameters()):,} "
           f"hf={sum(p.numel() for p in hf.parameters()):,}")  # fmt: skip
+    gflop_single = work(mm, hf, hf_visualbert, data[0])
     rates = time_interleaved(
         {"mmptm": step(mm, lambda b: mm(b).loss), "hf": step(hf, hf_visualbert)},
         data, batch_size=args.batch, rounds=args.rounds, steps_per_round=args.steps,
@@ -196,13 +207,16 @@ def main() -> None:
 
     print(f"\ntwo stream: params mmptm={sum(p.numel() for p in mm.parameters()):,} "
           f"hf={sum(p.numel() for p in hf.parameters()):,}")  # fmt: skip
+    gflop_two = work(mm, hf, hf_lxmert, data[0])
     rates = time_interleaved(
         {"mmptm": step(mm, lambda b: mm(b).loss), "hf": step(hf, hf_lxmert)},
         data, batch_size=args.batch, rounds=args.rounds, steps_per_round=args.steps,
         warmup=args.warmup,
     )  # fmt: skip
     two = report_ratio(rates, "mmptm", "hf", "_two")
-    print(f"\nratio_single={single:.3f} ratio_two={two:.3f}")
+    print(f"\nratio_single={single:.3f} ratio_two={two:.3f} "
+          f"flop_ratio_single={gflop_single:.3f} flop_ratio_two={gflop_two:.3f}")  # fmt: skip
+    return {"single": single, "two": two, "flop_single": gflop_single, "flop_two": gflop_two}
 
 
 if __name__ == "__main__":

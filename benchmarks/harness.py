@@ -48,3 +48,13 @@ def report_ratio(rates: dict[str, list[float]], ours: str, theirs: str, label: s
     ratio = med[ours] / med[theirs]
     print(f"ratio{label}={ratio:.3f}")
     return ratio
+
+
+def step_gflop(loss_fn: Callable[[Any], Any], batch: Any) -> float:
+    """GFLOPs of one forward and backward pass (torch's FLOP counter: matmuls, convolutions
+    and attention; elementwise work is not counted). Gradients it leaves are the caller's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(batch).backward()
+    return counter.get_total_flops() / 1e9
