@@ -6,6 +6,8 @@ knowledge-graph embeddings beside baselines that learn nothing and, behind a fla
     python benchmarks/real_kg.py run --data data/real_kg --runs runs/real_kg \\
         [--models transe,rotate,complex] [--epochs 50] [--dim 200] [--set key=value ...] \\
         [--pykeen-python /work/venv-pykeen/bin/python]
+    python benchmarks/real_kg.py kepler --data data/real_kg --runs runs/real_kg [--steps 1000] \\
+        [--name NAME] [--set data.sources.triples.weight=0 ...] [--skip-baselines]
     python benchmarks/real_kg.py table --runs runs/real_kg
 
 ``prepare`` writes the graph (``real_kg_data.py``: WN18RR's eleven relations, one direction of
@@ -25,6 +27,14 @@ per relation):
   loss, negatives, optimiser, learning rate and schedule, batch and epochs in PyKEEN
   (``--pykeen-python``: a Python where ``import pykeen`` works; never mmptm's dependency).
 
+``kepler`` does what a user of KEPLER's setting does with mmptm's commands: triple shards of the
+graph with both entities' descriptions (``mmptm data triples``), MLM text shards of the
+descriptions (``mmptm data text``), a BPE tokenizer fitted to them (``mmptm tokenizer train``),
+``mmptm pretrain kepler_tiny`` pointed at them (``--set``: more dotted overrides), then
+``mmptm eval link-prediction RUN --graph DATA`` (the same filtered protocol); beside the
+baselines above it adds one that learns nothing from the graph, only words: entities ranked
+by the tf-idf cosine of their descriptions to the known entity's.
+
 Everything runs on one thread (``OMP_NUM_THREADS=1``). Results: ``RUNS/results.json`` and the
 Markdown table ``RUNS/results.md``.
 """
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_kg_data import SYMMETRIC, write_graph  # noqa: E402
 
 from mmptm.eval.link_prediction import side_metrics, side_ranks  # noqa: E402
-from mmptm.kg.graph import load_graph  # noqa: E402
+from mmptm.kg.graph import load_graph, read_descriptions  # noqa: E402
 from mmptm.train.kge import KGETrainConfig  # noqa: E402
 
 MMPTM = [sys.executable, "-m", "mmptm.cli"]
@@ -84,6 +95,41 @@ def baselines(data: Path) -> dict[str, dict]:
         m["by_relation"] = {g.relations.names[r]: v for r, v in m["by_relation"].items()}
         out[name] = {"test": m}
     return out
+
+
+def description_baseline(data: Path) -> dict[str, dict]:
+    """Filtered metrics on test of a scorer that learns nothing from the graph, only words:
+    every entity ranked by the cosine of its description's tf-idf vector (lower-cased words,
+    smooth idf) to the known entity's; the relation is ignored."""
+    from scipy import sparse
+
+    g = load_graph(data)
+    text = read_descriptions(data / "descriptions.txt")
+    words = [re.findall(r"\w+", text.get(n, n).lower()) for n in g.entities.names]
+    vocab: dict[str, int] = {}
+    rows, cols = [], []
+    for i, ws in enumerate(words):
+        for w in ws:
+            rows.append(i)
+            cols.append(vocab.setdefault(w, len(vocab)))
+    E = len(words)
+    tf = sparse.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(E, len(vocab)))
+    df = np.bincount(sparse.find(tf)[1], minlength=len(vocab))  # duplicates summed: one a doc
+    idf = np.log((1 + E) / (1 + df)) + 1
+    x = sparse.csr_matrix(tf.multiply(idf[None, :]))
+    norm = np.sqrt(np.asarray(x.multiply(x).sum(1))).ravel()
+    x = sparse.csr_matrix(x.multiply(1 / np.maximum(norm, 1e-12)[:, None]))
+    xt = x.T.tocsc()
+
+    def score(side: str, b: np.ndarray) -> torch.Tensor:
+        known = b[:, 0] if side == "tail" else b[:, 2]
+        return torch.from_numpy((x[known] @ xt).toarray())
+
+    test = g.splits["test"]
+    m = side_metrics(side_ranks(score, test, g.all_true(), len(g.relations), batch_size=256),
+                     test[:, 1])  # fmt: skip
+    m["by_relation"] = {g.relations.names[r]: v for r, v in m["by_relation"].items()}
+    return {"tf-idf of the descriptions (no learning)": {"test": m}}
 
 
 def model_flags(model: str, args: argparse.Namespace) -> dict[str, str]:
@@ -211,6 +257,82 @@ def run(args: argparse.Namespace) -> None:
     table(args)
 
 
+def kepler_data(data: Path, prep: Path, vocab_size: int) -> dict[str, Path]:
+    """KEPLER's inputs as a user writes them: triple shards with both entities' descriptions
+    (``mmptm data triples``), MLM text shards of the descriptions alone (``mmptm data text``)
+    and a BPE tokenizer fitted to those shards; kept when a previous call wrote them."""
+    paths = {"triples": prep / "triples", "text": prep / "text",
+             "tokenizer": prep / "tokenizer.model"}  # fmt: skip
+    if paths["tokenizer"].exists():
+        return paths
+    prep.mkdir(parents=True, exist_ok=True)
+    lines = (data / "descriptions.txt").read_text(encoding="utf-8").splitlines()
+    # the text shards hold what a reader sees, the lemmas and gloss, not the synset ids
+    (prep / "descriptions.txt").write_text(
+        "".join(line.split("\t", 1)[-1] + "\n" for line in lines), encoding="utf-8"
+    )
+    _mmptm(["data", "triples", str(data), "--out", str(paths["triples"])])
+    _mmptm(["data", "text", "--input", str(prep / "descriptions.txt"), "--out",
+            str(paths["text"]), "--lang", "en"])  # fmt: skip
+    _mmptm(["tokenizer", "train", "--input", str(paths["text"] / "train-*.tar"), "--out",
+            str(prep / "tokenizer"), "--vocab-size", str(vocab_size), "--model-type", "bpe",
+            "--fit-to-data"])  # fmt: skip
+    return paths
+
+
+def _mmptm(argv: list[str], capture: bool = False) -> str:
+    print("$ mmptm " + " ".join(argv), flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([*MMPTM, *argv], check=True, env=env, text=True,
+                          stdout=subprocess.PIPE if capture else None)  # fmt: skip
+    return proc.stdout or ""
+
+
+def kepler(args: argparse.Namespace) -> None:
+    """``kepler_tiny`` pre-trained on the graph and its descriptions, then ranked by
+    ``mmptm eval link-prediction`` (the filtered protocol of ``run``); one row of the table."""
+    args.runs.mkdir(parents=True, exist_ok=True)
+    path = args.runs / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if not args.skip_baselines:
+        results.update(baselines(args.data))
+        results.update(description_baseline(args.data))
+        path.write_text(json.dumps(results, indent=2) + "\n")
+    if args.baselines_only:
+        return table(args)
+    paths = kepler_data(args.data, args.runs / "kepler_data", args.vocab_size)
+    run_dir = args.runs / re.sub(r"[^\w.-]+", "_", args.name).strip("_")  # a plain folder name
+    over = [
+        f"output_dir={run_dir}",
+        f"data.tokenizer={paths['tokenizer']}",
+        f"data.sources.text.shards={paths['text']}/train-*.tar",
+        f"data.sources.triples.shards={paths['triples']}/train-*.tar",
+        f"model.objectives.ke.relations={paths['triples']}/relations.txt",
+        "data.val=__delete__",  # the recipe's toyworld text; link prediction is the test here
+        "data.test=__delete__",
+        f"train.max_steps={args.steps}",
+        "train.progress=false",
+        *args.set,
+    ]
+    t0 = time.perf_counter()
+    _mmptm(["pretrain", args.recipe, *over])
+    seconds = time.perf_counter() - t0
+    out = _mmptm(["eval", "link-prediction", str(run_dir), "--graph", str(args.data)],
+                 capture=True)  # fmt: skip
+    print(out, end="")
+    test = json.loads(out.strip().splitlines()[-1])
+    log = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = {k: next((r[k] for r in reversed(log) if k in r), None)
+            for k in ("ke_loss", "ke_acc", "mlm_loss", "mlm_acc")}  # fmt: skip
+    # read again: another run (e.g. the MLM-only one) may have added its row meanwhile
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[args.name] = {"recipe": args.recipe, "overrides": over, "test": test,
+                          "train": {"seconds": seconds, "steps": args.steps},
+                          "last_logged": last}  # fmt: skip
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    table(args)
+
+
 def table(args: argparse.Namespace) -> None:
     """Markdown: test metrics (both sides) and Hits@1 on the symmetric relations."""
     results = {}
@@ -260,13 +382,26 @@ def main() -> None:
     ru.add_argument("--skip-baselines", action="store_true")
     ru.add_argument("--pykeen-python", default="", help="a python with pykeen (off: none)")
     ru.add_argument("--pykeen-only", action="store_true", help="PyKEEN's runs, not mmptm's")
+    ke = sub.add_parser("kepler", help="KEPLER: a text model of the entities' descriptions")
+    ke.add_argument("--data", type=Path, required=True)
+    ke.add_argument("--runs", type=Path, required=True)
+    ke.add_argument("--recipe", default="kepler_tiny")
+    ke.add_argument("--steps", type=int, default=1000)
+    ke.add_argument("--vocab-size", type=int, default=8000, help="the BPE tokenizer's cap")
+    ke.add_argument("--name", default="mmptm KEPLER (kepler_tiny)", help="the row's name")
+    ke.add_argument("--set", action="append", default=[],
+                    help="dotted key=value override of the recipe, e.g. "
+                    "data.sources.triples.weight=0 (MLM only)")  # fmt: skip
+    ke.add_argument("--skip-baselines", action="store_true")
+    ke.add_argument("--baselines-only", action="store_true",
+                    help="the rows that learn nothing (chance, frequency, tf-idf)")  # fmt: skip
     ta = sub.add_parser("table")
     ta.add_argument("--runs", type=Path, required=True)
     ta.add_argument("--merge", type=Path, nargs="*", default=[],
                     help="more RUNS folders whose results.json join the table")  # fmt: skip
     args = p.parse_args()
     torch.set_num_threads(1)
-    {"prepare": prepare, "run": run, "table": table}[args.cmd](args)
+    {"prepare": prepare, "run": run, "kepler": kepler, "table": table}[args.cmd](args)
 
 
 if __name__ == "__main__":
