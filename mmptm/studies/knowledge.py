@@ -94,6 +94,9 @@ KNOWLEDGE_RECIPES: dict[str, tuple[str, tuple[str, ...]]] = {
             "model.objectives.mlm.mask_prob=0.15",
         ),
     ),
+    # K-Adapter: not one pre-training but a chain of adapters on ernie1_tiny's "without" run
+    # (:func:`kadapter_rows`; "without": the same adapters untrained)
+    "kadapter": ("kadapter", ()),
 }
 KNOWLEDGE_DEMO = ("ernie_tiny",)
 #: the cloze templates: index 0 a paraphrase the training text never uses, 1 its own wording
@@ -240,17 +243,19 @@ def tree_attention(
 
 
 def _span_task(task: str, run: Path, data: Path, out: Path, steps: int, seed: int,
-               folder: str = "shards") -> dict:  # fmt: skip
+               folder: str = "shards", recipe: str = "",
+               extra: Sequence[str] = ()) -> dict:  # fmt: skip
     """Fine-tune ``run`` on the typing or relations train toys; metrics on the test toys.
-    ``folder``: ``candidates`` for the copies whose json carries KnowBERT's candidate spans."""
+    ``folder``: ``candidates`` for the copies whose json carries KnowBERT's candidate spans;
+    ``recipe``, ``extra``: another fine-tuning recipe than the task's own, its overrides."""
     shards = data / "knowledge" / task / folder
-    config = {"typing": "entity_typing", "relations": "relation_classification"}[task]
+    config = recipe or {"typing": "entity_typing", "relations": "relation_classification"}[task]
     head = {"typing": "typing", "relations": "relations"}[task]
     cfg = load_run_config(config, [
         f"init={run}", f"output_dir={out}", "resume=true", f"seed={seed}",
         f"train.max_steps={steps}", f"train.ckpt_every={steps}", f"data.train={shards}/train-*.tar",
         f"data.eval.dev={shards}/dev-*.tar", f"data.eval.test={shards}/test-*.tar",
-        f"model.objectives.{head}.labels={shards.with_name('shards')}/labels.txt",
+        f"model.objectives.{head}.labels={shards.with_name('shards')}/labels.txt", *extra,
     ])  # fmt: skip
     pretrain(cfg)
     test = evaluate_spans(str(out), {"test": f"{shards}/test-*.tar"})["test"]
@@ -390,6 +395,141 @@ def visual_cloze(
             **{g: by[g]["p@1"] for g in GROUPS}}  # fmt: skip
 
 
+# -- K-Adapter: adapters on the study's plain MLM run, with and without the graph --------------
+
+#: the base: ernie1_tiny's run "without" (BERT's MLM on the knowledge text, mbert_tiny's shape),
+#: the same run directory as that recipe's row, so a study running both trains it once
+KADAPTER_BASE = "ernie1_tiny"
+#: K-Adapter's factual adapter learns relation classification on T-REx, sentences aligned to
+#: Wikidata's triples; here every toy's graph triples (and as many wrong values,
+#: ``no_relation``) in frames that state no relation and that the relations test never uses
+FACT_FRAMES = (
+    ("{s}", "was", "next", "to", "{o}", "."),
+    ("I", "drew", "{s}", "and", "{o}", "."),
+    ("{o}", "and", "{s}", "are", "on", "the", "page", "."),
+    ("Here", "are", "{s}", "and", "{o}", "."),
+)  # fmt: skip
+_FACTS_STREAM = 17  # [seed, 17]: the wrong values of the graph's relation items
+_RELATION_TYPE = {"made_of": "MATERIAL", "owned_by": "PERSON", "comes_from": "PLACE"}
+
+
+def _tsv(path: Path) -> list[list[str]]:
+    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def graph_fact_items(graph: Path, seed: int) -> list[dict[str, Any]]:
+    """TACRED items of every toy's facts in the graph folder ``graph`` (``train.txt``,
+    ``aliases.en.txt``, ``toys.json``): per triple its value and one other value of the
+    relation (``no_relation``), in each of :data:`FACT_FRAMES`."""
+    names = {row[0]: row[1] for row in _tsv(graph / "aliases.en.txt")}
+    group = {t["id"]: "text" if t["facts_in_text"] else "graph"
+             for t in json.loads((graph / "toys.json").read_text(encoding="utf-8"))}  # fmt: skip
+    triples = [t for t in _tsv(graph / "train.txt") if t[1] in FACT_RELATIONS]
+    values = {r: sorted({o for _, rel, o in triples if rel == r}) for r in FACT_RELATIONS}
+    rng = np.random.default_rng([seed, _FACTS_STREAM])
+    items = []
+    for subj, relation, true in triples:
+        others = [v for v in values[relation] if v != true]
+        for f, frame in enumerate(FACT_FRAMES):
+            wrong = others[int(rng.integers(len(others)))]
+            for obj, label in ((true, relation), (wrong, "no_relation")):
+                slots = {"{s}": names[subj], "{o}": names[obj]}
+                items.append({
+                    "id": f"{subj}_{obj}_{f}", "token": [slots.get(w, w) for w in frame],
+                    "subj_start": frame.index("{s}"), "subj_end": frame.index("{s}"),
+                    "obj_start": frame.index("{o}"), "obj_end": frame.index("{o}"),
+                    "subj_type": "TOY", "obj_type": _RELATION_TYPE[relation], "relation": label,
+                    "subj_id": subj, "obj_id": obj, "facts": group[subj],
+                })  # fmt: skip
+    return items
+
+
+def _kadapter_shape(base: Path) -> list[str]:
+    """Overrides giving a K-Adapter recipe the base run's shape (its base loads whole)."""
+    cfg = load_run_config(str(base / "config.yaml"))
+    t, text = cfg.model.fusion.transformer, cfg.model.encoders["text"]
+    return [f"model.width={cfg.model.width}", f"model.fusion.transformer.layers={t.layers}",
+            f"model.fusion.transformer.heads={t.heads}",
+            f"model.encoders.text.max_positions={text.max_positions}"]  # fmt: skip
+
+
+def kadapter_chain(out: Path, data: Path, *, steps: int, seed: int,
+                   overrides: Sequence[str] = ()) -> dict[str, Path]:  # fmt: skip
+    """K-Adapter's pre-training: the base (:data:`KADAPTER_BASE`'s plain MLM run, ``steps``),
+    then on it, frozen, ``kadapter_facts`` on the graph's relation items
+    (:func:`graph_fact_items`) and ``kadapter_cloze`` (entity-masked MLM on the text, the
+    factual adapter frozen), ``steps // 2`` each; returns the runs (base, facts, cloze)."""
+    k = data / "knowledge"
+    base = out / f"{KADAPTER_BASE}_nograph"
+    common = ["resume=true", f"seed={seed}"]
+    pretrain(load_run_config(KADAPTER_BASE, [
+        f"output_dir={base}", *common, f"train.max_steps={steps}",
+        *relocated(KADAPTER_BASE, data), *KNOWLEDGE_RECIPES[KADAPTER_BASE][1], *overrides,
+    ]))  # fmt: skip
+    facts = k / "kadapter_facts"  # rewritten each time: a second, cheap, identical copy
+    facts.mkdir(parents=True, exist_ok=True)
+    (facts / "train.json").write_text(json.dumps(graph_fact_items(k / "graph", seed)) + "\n")
+    convert_spans("relations", facts / "train.json", facts)
+    shape, n = _kadapter_shape(base), max(steps // 2, 1)
+    runs = {"base": base, "facts": out / "kadapter_facts", "cloze": out / "kadapter_cloze"}
+    rel = k / "relations" / "shards"
+    pretrain(load_run_config("kadapter_facts", [
+        f"init={base}", f"output_dir={runs['facts']}", *common, f"train.max_steps={n}",
+        f"train.ckpt_every={n}", f"data.train={facts}/train-*.tar",
+        f"data.eval.dev={rel}/dev-*.tar", f"data.eval.test={rel}/test-*.tar",
+        f"model.objectives.relations.labels={facts}/labels.txt", *shape, *overrides,
+    ]))  # fmt: skip
+    pretrain(load_run_config("kadapter_cloze", [
+        f"init={runs['facts']}", f"output_dir={runs['cloze']}", *common, f"train.max_steps={n}",
+        f"train.ckpt_every={n}", *relocated("kadapter_cloze", data), *shape, *overrides,
+    ]))  # fmt: skip
+    return runs
+
+
+def kadapter_rows(out: Path, data: Path, *, steps: int, ft_steps: int, seed: int,
+                  languages: Sequence[str],
+                  overrides: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+    """K-Adapter's two rows: **with the graph**, the cloze through the cloze adapter's MLM
+    head and typing / relations fine-tuned from the chain (both adapters, the base frozen);
+    **without**, the base's own MLM head and the same fine-tunings from the base with the
+    adapters untrained (same shape, steps and trainable parameters: only what the adapters
+    learnt differs). Also the factual adapter's own relation accuracy, on the test toys and
+    on its training items."""
+    runs = kadapter_chain(out, data, steps=steps, seed=seed, overrides=overrides)
+    shape = _kadapter_shape(runs["base"])
+    sets = {"test": f"{data}/knowledge/relations/shards/test-*.tar",
+            "own": f"{data}/knowledge/kadapter_facts/train-*.tar"}  # fmt: skip
+    facts = evaluate_spans(str(runs["facts"]), sets)
+    rows: dict[str, Any] = {}
+    # the run each arm's cloze reads and its fine-tunings start from
+    for graph, tag, run in (("with graph", "graph", runs["cloze"]),
+                            ("without graph", "nograph", runs["base"])):  # fmt: skip
+        row: dict[str, Any] = {"cloze": _cloze(run, data, languages)}
+        for task in ("typing", "relations"):
+            row[task] = _span_task(task, run, data, out / f"kadapter_{tag}_{task}", ft_steps, seed,
+                                   recipe=f"kadapter_{task}", extra=shape)  # fmt: skip
+        rows[f"kadapter {graph}"] = row
+    # "own": its training items, the graph's facts of every toy (has it taken them in?)
+    rows["kadapter with graph"]["facts_adapter"] = {
+        "metric": "acc", "all": facts["test"]["overall"]["acc"],
+        **{g: facts["test"]["by_facts"][g]["acc"] for g in GROUPS},
+        "own": facts["own"]["overall"]["acc"],
+    }  # fmt: skip
+    return {"rows": rows, "runs": runs}
+
+
+def _kadapter_into(result: dict[str, Any], runs: dict[str, Path], times: dict[str, float],
+                   out: Path, data: Path, **settings: Any) -> None:  # fmt: skip
+    """:func:`kadapter_rows` into the study's results (rows, curves' runs, times), saved."""
+    t0 = time.monotonic()
+    got = kadapter_rows(out, data, **settings)
+    times["K-Adapter: base, adapters, evaluation"] = time.monotonic() - t0
+    result["runs"].update(got["rows"])
+    runs.update({f"kadapter {k}": v for k, v in got["runs"].items()})
+    result["times_s"] = times
+    (out / "results.json").write_text(json.dumps(result, indent=2))
+
+
 def knowledge_study(
     out: Path,
     *,
@@ -429,6 +569,10 @@ def knowledge_study(
     runs: dict[str, Path] = {}
     for recipe in recipes:
         kind, without = KNOWLEDGE_RECIPES[recipe]
+        if kind == "kadapter":  # a chain of runs on one base, not one pre-training per arm
+            _kadapter_into(result, runs, times, out, data, steps=steps, ft_steps=ft_steps or 300,
+                           seed=seed, languages=languages, overrides=overrides)  # fmt: skip
+            continue
         for graph, extra in (("with graph", ()), ("without graph", without)):
             name = f"{recipe} {graph}"
             run = out / f"{recipe}_{'graph' if not extra else 'nograph'}"
@@ -495,6 +639,12 @@ def format_knowledge(result: Mapping[str, Any]) -> str:
             acc, prior = 100 * link["acc"], 100 * link["prior_acc"]
             lines.append(f"{name}: linking accuracy {acc:.1f} % vs the prior alone "
                          f"{prior:.1f} % ({link['spans']} test spans)")  # fmt: skip
+        facts = row.get("facts_adapter")  # K-Adapter's factual adapter, before any task
+        if facts:
+            lines.append(f"{name}: its factual adapter's relation accuracy on its own training "
+                         f"items {100 * facts['own']:.1f} %, on the test toys "
+                         f"{100 * facts['text']:.1f} / {100 * facts['graph']:.1f} % (text / "
+                         "graph toys)")  # fmt: skip
     t = result.get("transe", {}).get("test") or {}
     if t:
         m = t["both"]
