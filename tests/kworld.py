@@ -45,6 +45,10 @@ def write_knowledge_world(root: Path, dim: int = 100, seed: int = 0) -> Path:
     (k / "graph" / "train.txt").write_text("".join(f"{h}\t{r}\t{t}\n" for h, r, t in triples))
     names = {**TOYS, **VALUES}
     (k / "graph" / "aliases.txt").write_text("".join(f"{i}\t{n}\n" for i, n in names.items()))
+    for lang in ("en", "de", "fr", "ru", "es"):  # toyworld's per-language files (kbert_tiny)
+        (k / "graph" / f"aliases.{lang}.txt").write_text(
+            "".join(f"{i}\t{n}\n" for i, n in names.items())
+        )
     descriptions = {t: f"{n} is a toy ." for t, n in TOYS.items()}
     descriptions.update({v: f"{n} is a thing ." for v, n in VALUES.items()})
     (k / "graph" / "descriptions.txt").write_text(
