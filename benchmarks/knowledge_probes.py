@@ -5,6 +5,8 @@ docs/results/knowledge.md (``knowledge_kbert_path``, ``knowledge_kepler_facts``)
     python benchmarks/knowledge_probes.py layers RUN DATA    # K-BERT: linear probe by layer
     python benchmarks/knowledge_probes.py tails RUN DATA     # K-BERT: attention in branches
     python benchmarks/knowledge_probes.py kepler RUN DATA    # KEPLER: KE side and cloze
+    python benchmarks/knowledge_probes.py pictured RUN DATA  # ERNIE-VL: whose value the swap gives
+    python benchmarks/knowledge_probes.py lookmates FT DATA  # kvqa answers vs looks (shared looks)
 
 RUN: a pre-training run (directory or checkpoint file); DATA: the study's toyworld folder
 (``mmptm demo knowledge --out OUT`` writes ``OUT/toyworld``). Every cloze here is the study's:
@@ -25,6 +27,13 @@ the text wording (sentence 1) of ``knowledge/probe/cloze.{lang}.jsonl``, text / 
 - ``kepler``: TransE over the run's description encodings (``mmptm.eval.kepler.encode_texts``
   and its relation table): is h + r nearest to the toy's own value among its relation's
   values? Beside the cloze P@1 per language and relation.
+- ``pictured`` (ERNIE-VL; the study's visual cloze): the cloze with every entity swapped for
+  another toy's, scored against the swapped-in toy's value (what the study reports) and
+  against the pictured toy's (the toy the region's looks and the caption's name words
+  belong to): a model that reads the entity follows the swap, one that reads looks does not.
+- ``lookmates`` (a kvqa fine-tuning run FT, its ``test_results.json``; a world made with
+  ``--shared-looks``): how often a test answer is the asked toy's own value, a look-mate's
+  (another toy drawn in the same look) or neither, beside a uniform guess's shares.
 
 Prints JSON. Run on one thread (``OMP_NUM_THREADS=1``).
 """
@@ -259,15 +268,86 @@ def kepler(run: str, data: Path, out: Path) -> dict[str, Any]:
     return {"ke_hits@1": hits, "cloze": cloze}
 
 
+def pictured(run: str, data: Path, out: Path) -> dict[str, Any]:
+    from mmptm.eval.cloze import rank_metrics, realistic_ranks
+    from mmptm.models.load import load_pretrained
+    from mmptm.studies.knowledge import visual_cloze_queries
+
+    plain = visual_cloze_queries(data, 0)
+    swapped = visual_cloze_queries(data, 0, swap_entities=True)
+    model, tok, cfg = load_pretrained(run)
+    model.eval()
+    with torch.no_grad():
+        samples = (s for q in swapped for s in q["samples"])
+        scored = score_queries(model, cfg, tok, samples, text_only=False)
+    # one row of candidate scores per query, the same for both golds
+    scores_Q = [torch.tensor([[scored[s["__key__"]][0] for s in q["samples"]]]) for q in swapped]
+    result = {}
+    for name, golds in (("swapped-in toy", swapped), ("pictured toy", plain)):
+        ranks = torch.tensor(
+            [
+                float(realistic_ranks(row, torch.tensor([g["gold"]]))[0])
+                for row, g in zip(scores_Q, golds, strict=True)
+            ]
+        )
+        result[name] = {
+            group: rank_metrics(ranks[[g["facts"] == group for g in golds]])
+            for group in ("text", "graph")
+        }
+    return result
+
+
+def lookmates(run: str, data: Path, out: Path) -> dict[str, Any]:
+    from collections import defaultdict
+
+    from mmptm.data.shards import SkipCounter, expand_shards, tar_samples
+
+    k = data / "knowledge"
+    toys = {t["id"]: t for t in json.loads((k / "graph" / "toys.json").read_text())}
+    values = json.loads((k / "graph" / "values.json").read_text())
+    name = {v["id"]: v["names"]["en"].lower() for v in values}
+    n_values: dict[str, int] = defaultdict(int)
+    for v in values:
+        n_values[v["relation"]] += 1
+    results = json.loads((Path(run) / "test_results.json").read_text())
+    answer = {r["question_id"]: r["answer"] for r in results}
+
+    def look(toy: dict) -> tuple:
+        return toy["shape"], toy["color"], toy["size"]
+
+    shares: dict[str, dict[str, float]] = {g: defaultdict(float) for g in ("text", "graph")}
+    for sample in tar_samples(expand_shards(str(k / "kvqa" / "test-*.tar")), SkipCounter()):
+        meta = json.loads(sample["json"])
+        toy, rel = toys[meta["entity"]], meta["relation"]
+        mates = {
+            name[t["facts"][rel]]
+            for t in toys.values()
+            if look(t) == look(toy) and t["id"] != toy["id"]
+        }
+        got, row = answer[meta["question_id"]], shares[meta["facts"]]
+        row["n"] += 1
+        row["own"] += got == name[toy["facts"][rel]]
+        row["look-mate"] += got in mates
+        row["uniform own"] += 1 / n_values[rel]
+        row["uniform look-mate"] += len(mates) / n_values[rel]
+    return {
+        group: {"queries": int(row["n"])}
+        | {what: round(100 * v / row["n"], 1) for what, v in row.items() if what != "n"}
+        for group, row in shares.items()
+        if row["n"]
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("branches", "layers", "tails", "kepler"))
+    fns = {"branches": branches, "layers": layers, "tails": tails, "kepler": kepler,
+           "pictured": pictured, "lookmates": lookmates}  # fmt: skip
+    p.add_argument("what", choices=tuple(fns))
     p.add_argument("run")
     p.add_argument("data", type=Path, help="the study's toyworld folder")
     p.add_argument("--out", type=Path, default=Path("runs/knowledge_probes"))
     a = p.parse_args()
-    fn = {"branches": branches, "layers": layers, "tails": tails, "kepler": kepler}[a.what]
-    print(json.dumps(fn(a.run, a.data, a.out), indent=1, ensure_ascii=False))
+    print(json.dumps(fns[a.what](a.run, a.data, a.out), indent=1, ensure_ascii=False))
 
 
 if __name__ == "__main__":
