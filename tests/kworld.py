@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from mmptm.converters.triples import write_triple_shards
 from mmptm.data.shards import ShardWriter
@@ -81,3 +82,19 @@ def write_knowledge_world(root: Path, dim: int = 100, seed: int = 0) -> Path:
             w.write({"__key__": f"s{i:04d}", "json": json.dumps(meta),
                      "regions.npz": regions_npz_bytes(regions)})  # fmt: skip
     return root
+
+
+def base_of(sd: dict) -> dict:
+    """A K-Adapter state dict's frozen base: the encoders and the stack."""
+    return {k: v for k, v in sd.items() if k.startswith(("encoders.", "fusion.stack."))}
+
+
+def adapter_of(sd: dict, name: str) -> dict:
+    """The tensors of adapter ``name``."""
+    return {k: v for k, v in sd.items() if k.startswith(f"fusion.adapters.{name}.")}
+
+
+def equal_sd(a: dict, b: dict) -> bool:
+    """Whether two non-empty state dicts hold the same names and equal tensors."""
+    assert a and a.keys() == b.keys()
+    return all(torch.equal(a[k], b[k]) for k in a)

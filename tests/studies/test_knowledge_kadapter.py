@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+from kworld import adapter_of, base_of, equal_sd
 
 from mmptm.cli import main
 from mmptm.eval.cloze import evaluate_cloze
@@ -57,19 +57,6 @@ def test_graph_fact_items_state_every_fact_and_a_wrong_value_in_unseen_frames(tm
         assert said not in test
 
 
-def _base(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in sd.items() if k.startswith(("encoders.", "fusion.stack."))}
-
-
-def _part(sd: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in sd.items() if k.startswith(f"fusion.adapters.{name}.")}
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    assert a and a.keys() == b.keys()
-    return all(torch.equal(a[k], b[k]) for k in a)
-
-
 @pytest.mark.slow
 def test_demo_knowledge_kadapter_rows_with_and_without_the_adapters(tmp_path, capsys):
     out = tmp_path / "demo"
@@ -97,12 +84,13 @@ def test_demo_knowledge_kadapter_rows_with_and_without_the_adapters(tmp_path, ca
     tuned = {f"{tag}_{t}": out / f"kadapter_{tag}_{t}"
              for tag in ("graph", "nograph") for t in ("typing", "relations")}  # fmt: skip
     sd = {k: checkpoint.read(str(r)).model for k, r in {**chain, **tuned}.items()}
-    base = _base(sd["ernie1_tiny_nograph"])
+    base = base_of(sd["ernie1_tiny_nograph"])
     for k in sd:  # the frozen base is the plain MLM run's, tensor for tensor, in every run
-        assert _same(_base(sd[k]), base), k
+        assert equal_sd(base_of(sd[k]), base), k
     # each adapter learnt in its own step, away from its near-identity start (std 2e-4)
     assert sd["kadapter_facts"]["fusion.adapters.facts.layers.0.up.weight"].abs().mean() > 1e-3
-    assert _same(_part(sd["kadapter_cloze"], "facts"), _part(sd["kadapter_facts"], "facts"))
+    facts_before, facts_after = sd["kadapter_facts"], sd["kadapter_cloze"]
+    assert equal_sd(adapter_of(facts_after, "facts"), adapter_of(facts_before, "facts"))
     assert sd["kadapter_cloze"]["fusion.adapters.cloze.layers.0.up.weight"].abs().mean() > 1e-3
     # the two arms' fine-tunings start from the chain and from the base respectively
     for task in ("typing", "relations"):

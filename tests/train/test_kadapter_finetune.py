@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-import torch
 from conftest import MATERIALS, OWNERS, TOYS
+from kworld import adapter_of, base_of, equal_sd
 
 from mmptm.cli import main
 from mmptm.data.shards import ShardWriter
@@ -57,19 +57,6 @@ def _data(tmp_path) -> dict[str, str]:
             "text": str(tmp_path / "text"), "entities": str(tmp_path / "entities.txt")}  # fmt: skip
 
 
-def _base(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in sd.items() if k.startswith(("encoders.", "fusion.stack."))}
-
-
-def _part(sd: dict[str, torch.Tensor], name: str) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in sd.items() if k.startswith(f"fusion.adapters.{name}.")}
-
-
-def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    assert a and a.keys() == b.keys()
-    return all(torch.equal(a[k], b[k]) for k in a)
-
-
 def test_kadapter_steps_keep_the_base_and_train_each_adapter(toy_text_run, tmp_path, capsys):
     d = _data(tmp_path)
     runs = {k: tmp_path / k for k in ("facts", "cloze", "typing")}
@@ -95,12 +82,14 @@ def test_kadapter_steps_keep_the_base_and_train_each_adapter(toy_text_run, tmp_p
     text = checkpoint.read(str(toy_text_run)).model
     sd = {k: checkpoint.read(str(r)).model for k, r in runs.items()}
     for k in runs:  # the frozen base is the text run's, tensor for tensor
-        assert _same(_base(sd[k]), _base(text)), k
+        assert equal_sd(base_of(sd[k]), base_of(text)), k
     # step 1 trained its adapter away from its near-identity start (weights ~2e-4)
     assert sd["facts"]["fusion.adapters.facts.layers.0.up.weight"].abs().mean() > 1e-3
-    assert _same(_part(sd["cloze"], "facts"), _part(sd["facts"], "facts"))  # frozen in step 2
+    # frozen in step 2
+    assert equal_sd(adapter_of(sd["cloze"], "facts"), adapter_of(sd["facts"], "facts"))
     assert sd["cloze"]["fusion.adapters.cloze.layers.0.up.weight"].abs().mean() > 1e-3
-    assert not _same(_part(sd["typing"], "facts"), _part(sd["cloze"], "facts"))  # fine-tuned
-    assert not _same(_part(sd["typing"], "cloze"), _part(sd["cloze"], "cloze"))
+    # fine-tuned
+    assert not equal_sd(adapter_of(sd["typing"], "facts"), adapter_of(sd["cloze"], "facts"))
+    assert not equal_sd(adapter_of(sd["typing"], "cloze"), adapter_of(sd["cloze"], "cloze"))
     assert sd["typing"]["fusion.combine.weight"].shape == (32, 96)  # [base; facts; cloze]
     assert (runs["typing"] / "eval.json").exists()
