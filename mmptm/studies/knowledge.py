@@ -65,6 +65,7 @@ from mmptm.eval.cloze import (
 from mmptm.eval.linking import evaluate_linking
 from mmptm.eval.spans import evaluate_spans
 from mmptm.eval.vqa import evaluate_vqa
+from mmptm.kg.graph import read_aliases, read_triples
 from mmptm.models.load import load_pretrained
 from mmptm.objectives.vqa import soft_score
 from mmptm.recipe import load_run_config
@@ -413,18 +414,14 @@ _FACTS_STREAM = 17  # [seed, 17]: the wrong values of the graph's relation items
 _RELATION_TYPE = {"made_of": "MATERIAL", "owned_by": "PERSON", "comes_from": "PLACE"}
 
 
-def _tsv(path: Path) -> list[list[str]]:
-    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
 def graph_fact_items(graph: Path, seed: int) -> list[dict[str, Any]]:
     """TACRED items of every toy's facts in the graph folder ``graph`` (``train.txt``,
     ``aliases.en.txt``, ``toys.json``): per triple its value and one other value of the
     relation (``no_relation``), in each of :data:`FACT_FRAMES`."""
-    names = {row[0]: row[1] for row in _tsv(graph / "aliases.en.txt")}
+    names = {e: aliases[0] for e, aliases in read_aliases(graph / "aliases.en.txt").items()}
     group = {t["id"]: "text" if t["facts_in_text"] else "graph"
              for t in json.loads((graph / "toys.json").read_text(encoding="utf-8"))}  # fmt: skip
-    triples = [t for t in _tsv(graph / "train.txt") if t[1] in FACT_RELATIONS]
+    triples = [t for t in read_triples(graph / "train.txt") if t[1] in FACT_RELATIONS]
     values = {r: sorted({o for _, rel, o in triples if rel == r}) for r in FACT_RELATIONS}
     rng = np.random.default_rng([seed, _FACTS_STREAM])
     items = []
