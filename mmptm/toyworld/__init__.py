@@ -98,7 +98,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,6 +311,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 #: every view generate() can write; by default it writes VIEWS
 ALL_VIEWS = {**VIEWS, **VIDEO_VIEWS, **AUDIO_VIEWS, **KNOWLEDGE_VIEWS}
+#: the manifest's per-kind sections: name -> the views that bring it
+_SECTIONS = {"video": VIDEO_VIEWS, "knowledge": KNOWLEDGE_VIEWS, "audio": AUDIO_VIEWS}
 # manifest fields that must match for an earlier run's views to be kept beside this run's
 _SAME_DATA = ("generator", "version", "seed", "languages", "image_size", "shard_size", "counts")
 
@@ -369,10 +371,13 @@ def _earlier_views(path: Path, manifest: dict[str, Any], views: Sequence[str]) -
     if any(old.get(k) != manifest[k] for k in _SAME_DATA):
         log.warning("%s: dropping views %s of an earlier run with other settings", path, others)
         return {}
-    return {
+    kept = {
         field: {v: old[field][v] for v in others if v in old.get(field, {})}
         for field in ("shards", "samples", "by_language")
     }
+    # the sections that describe those views (a knowledge view's shared_looks, speech's voice)
+    kept["sections"] = {k: old[k] for k in _SECTIONS if isinstance(old.get(k), dict)}
+    return kept
 
 
 def generate(
@@ -407,7 +412,7 @@ def generate(
     are opt-in and add a ``video`` section to the manifest; so are the audio views ``audio``,
     ``{view}/{split}-%06d.tar``, and ``speech``, ``{view}/{split}-{lang}-%06d.tar``, which add
     an ``audio`` section). Views an earlier run wrote into ``out_dir`` with the same settings
-    stay in the manifest.
+    stay in the manifest, with the sections that describe them (``shared_looks``, ``voice``).
 
     ``voice``: the speech view's synthesiser, ``builtin`` or ``espeak`` (``espeak-ng``).
     ``progress``: a bar (or log lines, off a terminal) counting the views written per split.
@@ -443,8 +448,8 @@ def generate(
         seed, languages, image_size, shard_size, counts,
         samples=samples, shards=shards, by_language=by_language,
     )  # fmt: skip
-    _add_earlier_views(out, manifest, views)
-    _add_sections(manifest, seed, voice if "speech" in views else None, shared_looks)
+    earlier_sections = _add_earlier_views(out, manifest, views)
+    _add_sections(manifest, views, earlier_sections, seed, voice, shared_looks)
     _write_atomic(out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     return manifest
 
@@ -536,30 +541,46 @@ def _manifest(
     }
 
 
-def _add_earlier_views(out: Path, manifest: dict[str, Any], views: Sequence[str]) -> None:
+def _add_earlier_views(
+    out: Path, manifest: dict[str, Any], views: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """Keep in ``manifest`` the views an earlier run wrote beside these (same settings),
-    every per-view field in :data:`ALL_VIEWS` order."""
+    every per-view field in :data:`ALL_VIEWS` order; the earlier manifest's sections
+    (:data:`_SECTIONS`), for the kinds of view only that run wrote."""
     earlier = _earlier_views(out / "manifest.json", manifest, views)
     for field in ("shards", "samples", "by_language"):
         merged = {**earlier.get(field, {}), **manifest[field]}
         manifest[field] = {v: merged[v] for v in ALL_VIEWS if v in merged}
+    return earlier.get("sections", {})
 
 
 def _add_sections(
-    manifest: dict[str, Any], seed: int, voice: str | None, shared_looks: int = 1
+    manifest: dict[str, Any],
+    views: Sequence[str],
+    earlier: Mapping[str, dict[str, Any]],
+    seed: int,
+    voice: str,
+    shared_looks: int = 1,
 ) -> None:
     """The ``video``, ``knowledge`` and ``audio`` sections, for a data set holding views of
-    that kind (this run's or an earlier one's). ``voice``: None unless this run spoke."""
-    if set(manifest["shards"]) & set(VIDEO_VIEWS):
-        manifest["video"] = {
+    that kind. A kind this run wrote (``views``) is described by this run's settings; a kind
+    only an earlier run wrote keeps that run's section (``earlier``), so writing other views
+    later does not lose its ``shared_looks`` or ``voice``."""
+    fresh = {
+        "video": lambda: {
             "frames": CLIP_FRAMES,
             "fps": CLIP_FPS,
             "container": "mp4",
             "event_kinds": list(EVENT_KINDS),
             "feature_dim": FRAME_FEATURES,
             "qa_languages": ["en"],
-        }
-    if set(manifest["shards"]) & set(KNOWLEDGE_VIEWS):
-        manifest["knowledge"] = knowledge_manifest(seed, shared_looks)
-    if set(manifest["shards"]) & set(AUDIO_VIEWS):
-        manifest["audio"] = audio_manifest(voice)
+        },
+        "knowledge": lambda: knowledge_manifest(seed, shared_looks),
+        "audio": lambda: audio_manifest(speaker),
+    }
+    speaker = voice if "speech" in views else earlier.get("audio", {}).get("voice")
+    for name, kind in _SECTIONS.items():
+        if not set(manifest["shards"]) & set(kind):
+            continue
+        ours = bool(set(views) & set(kind))
+        manifest[name] = earlier[name] if not ours and name in earlier else fresh[name]()

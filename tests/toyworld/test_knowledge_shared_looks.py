@@ -148,3 +148,27 @@ def test_data_toyworld_flag(tmp_path, capsys):
     assert len({_look(t) for t in toys}) == 30
     assert main([*argv[:-3], "--shared-looks", "4", "--no-progress"]) != 0
     assert "shared_looks must be one of" in capsys.readouterr().err
+
+
+def test_later_views_keep_the_sections_they_did_not_write(tmp_path):
+    """A later run writing other views into the same data set keeps the earlier knowledge
+    view's shared_looks and the earlier speech view's voice; rewriting a kind replaces them."""
+    out = tmp_path / "tw"
+    small = {**SMALL, "languages": ("en",)}
+    toyworld.generate(out, **small, views=("knowledge",), shared_looks=3)
+    toyworld.generate(out, **small, views=("speech",), voice="builtin")
+
+    def manifest() -> dict:
+        return json.loads((out / "manifest.json").read_text())
+
+    both = manifest()
+    assert set(both["shards"]) == {"speech", "knowledge"}
+    assert both["knowledge"]["shared_looks"] == 3
+    assert both["audio"]["voice"] == "builtin"
+    toyworld.generate(out, **small, views=("image_text",))  # neither kind: both kept
+    third = manifest()
+    assert set(third["shards"]) == {"image_text", "speech", "knowledge"}
+    assert third["knowledge"] == both["knowledge"] and third["audio"] == both["audio"]
+    toyworld.generate(out, **small, views=("knowledge",))  # rewritten at the default: gone
+    assert "shared_looks" not in manifest()["knowledge"]
+    assert manifest()["audio"]["voice"] == "builtin"
