@@ -227,15 +227,11 @@ def _link_prediction(ev_sub: argparse._SubParsersAction) -> None:
 
 def _eval_link_prediction(args: argparse.Namespace) -> int:
     from mmptm.eval.kepler import kepler_link_prediction_run
+    from mmptm.eval.link_prediction import format_link_prediction
 
     result = kepler_link_prediction_run(args.run, args.graph, descriptions=args.descriptions,
                                         split=args.split, max_triples=args.max_triples)  # fmt: skip
-    for side in ("tail", "head", "both"):
-        m = result[side]
-        print(
-            f"{args.split} {side:>4}: MRR {m['mrr']:.4f}  Hits@1 {m['hits@1']:.4f}  "
-            f"Hits@3 {m['hits@3']:.4f}  Hits@10 {m['hits@10']:.4f}  ({m['count']} queries)"
-        )
+    print(format_link_prediction(result, args.split))
     print(json.dumps(result))
     return 0
 

@@ -69,6 +69,7 @@ def _train_embeddings(kg_sub: argparse._SubParsersAction) -> None:
 
 
 def _kg_train_embeddings(args: argparse.Namespace) -> int:
+    from mmptm.eval.link_prediction import format_link_prediction
     from mmptm.train.kge import KGETrainConfig, train_embeddings
 
     # only the options given: the defaults live in one place, KGETrainConfig
@@ -84,11 +85,6 @@ def _kg_train_embeddings(args: argparse.Namespace) -> int:
     if unknown:
         print(f"dropped (an entity or relation unknown to training): {unknown}")
     if "test" in result:
-        for side in ("tail", "head", "both"):
-            m = result["test"][side]
-            print(
-                f"test {side:>4}: MRR {m['mrr']:.4f}  Hits@1 {m['hits@1']:.4f}  "
-                f"Hits@3 {m['hits@3']:.4f}  Hits@10 {m['hits@10']:.4f}  ({m['count']} queries)"
-            )
+        print(format_link_prediction(result["test"], "test"))
     print(f"embeddings → {args.out} (entities.npy/.txt, relations.npy/.txt, kge.json)")
     return 0

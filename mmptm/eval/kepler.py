@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from mmptm.eval.link_prediction import link_prediction
+from mmptm.eval.link_prediction import link_prediction, named_relations
 from mmptm.kg.graph import load_graph, read_descriptions
 from mmptm.modalities.base import DataContext, Need, build_modalities, read_id_list
 from mmptm.models.kge import KGEModel
@@ -77,7 +77,9 @@ def kepler_link_prediction(
         table = table[[rows[r] for r in kg.relations.names]]
     scorer = KGEModel(1, 1, table.shape[1], p_norm=ke.cfg.p_norm, normalize_entities=False)
     scorer.entities, scorer.relations = entities_ED, table
-    metrics = link_prediction(scorer, kg.splits[split], kg.all_true(), max_triples=max_triples)
+    metrics = link_prediction(scorer, kg.splits[split], kg.all_true(), max_triples=max_triples,
+                              per_relation=True)  # fmt: skip
+    metrics = named_relations(metrics, kg.relations.names)
     n = len(kg.splits[split])
     counts = {
         "entities": len(names),

@@ -73,6 +73,32 @@ def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
     return out
 
 
+def named_relations(metrics: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """``metrics`` with its ``by_relation`` keyed by relation name instead of id."""
+    if "by_relation" not in metrics:
+        return metrics
+    return {**metrics, "by_relation": {names[r]: m for r, m in metrics["by_relation"].items()}}
+
+
+def format_link_prediction(metrics: dict[str, Any], split: str) -> str:
+    """Lines of :func:`link_prediction`'s (or :func:`side_metrics`') result: one per side,
+    then one per relation (both sides pooled) when it has ``by_relation``."""
+
+    def line(name: str, m: dict[str, float]) -> str:
+        if not m["count"]:
+            return f"{name}: no queries"
+        return (
+            f"{name}: MRR {m['mrr']:.4f}  Hits@1 {m['hits@1']:.4f}  Hits@3 {m['hits@3']:.4f}  "
+            f"Hits@10 {m['hits@10']:.4f}  ({m['count']} queries)"
+        )
+
+    lines = [line(f"{split} {side:>4}", metrics[side]) for side in ("tail", "head", "both")]
+    by_relation = metrics.get("by_relation", {})
+    width = max((len(str(r)) for r in by_relation), default=0)
+    lines += [line(f"  {r!s:<{width}}", m) for r, m in by_relation.items()]
+    return "\n".join(lines)
+
+
 #: scores [B,E] of every entity as the tail ("tail") or head ("head") of triples [B,3]
 ScoreFn = Callable[[str, np.ndarray], torch.Tensor]
 

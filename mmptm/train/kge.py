@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mmptm.eval.link_prediction import link_prediction
+from mmptm.eval.link_prediction import link_prediction, named_relations
 from mmptm.kg.graph import EMBEDDING_FILES, KnowledgeGraph, load_graph
 from mmptm.layers.kge import COMPLEX_MODELS, LOSSES, MODELS, kge_loss
 from mmptm.models.kge import KGEModel, default_normalize
@@ -285,9 +285,7 @@ def train_kge(graph: KnowledgeGraph, cfg: KGETrainConfig, out: Path | None = Non
     if len(graph.splits.get("test", [])):
         test = link_prediction(model, graph.splits["test"], known, progress=progress,
                                per_relation=True)  # fmt: skip
-        names = graph.relations.names
-        test["by_relation"] = {names[r]: m for r, m in test["by_relation"].items()}
-        result["test"] = test
+        result["test"] = named_relations(test, graph.relations.names)
     return model, result
 
 

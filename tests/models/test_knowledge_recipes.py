@@ -4,6 +4,7 @@ with and without the graph through its one switch."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -133,13 +134,25 @@ def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
     E = encode_texts(model, tok, cfg, [text[n] for n in kg.entities.names]).double()
     R = model.objectives["ke"].relations.weight.detach().double()  # graph order = file order
     known = {tuple(t) for t in kg.splits["train"].tolist()}
-    rr = []
+
+    def reciprocal_rank(s, gold, others):  # realistic rank among the unfiltered candidates
+        better = [e for e in others if e != gold and s[e] > s[gold]]
+        ties = [e for e in others if e != gold and s[e] == s[gold]]
+        return 1 / (1 + len(better) + len(ties) / 2)
+
+    rr, per_relation = [], {}
     for h, r, t in kg.splits["train"].tolist():
-        s = -(E[h] + R[r] - E).abs().sum(1)  # tail side
-        better = [e for e in range(len(E)) if e != t and (h, r, e) not in known and s[e] > s[t]]
-        ties = [e for e in range(len(E)) if e != t and (h, r, e) not in known and s[e] == s[t]]
-        rr.append(1 / (1 + len(better) + len(ties) / 2))
+        tail = reciprocal_rank(-(E[h] + R[r] - E).abs().sum(1), t,
+                               [e for e in range(len(E)) if (h, r, e) not in known])  # fmt: skip
+        head = reciprocal_rank(-(E + R[r] - E[t]).abs().sum(1), h,
+                               [e for e in range(len(E)) if (e, r, t) not in known])  # fmt: skip
+        rr.append(tail)
+        per_relation.setdefault(kg.relations.names[r], []).extend([tail, head])
     assert got["tail"]["mrr"] == pytest.approx(sum(rr) / len(rr), rel=1e-4)
+    assert set(got["by_relation"]) == set(per_relation) == {"made_of", "owned_by"}
+    for name, rrs in per_relation.items():
+        assert got["by_relation"][name]["count"] == len(rrs)
+        assert got["by_relation"][name]["mrr"] == pytest.approx(sum(rrs) / len(rrs), rel=1e-4)
     assert got["entities"] == len(kg.entities) and got["no_description"] == 0
 
 
@@ -228,5 +241,6 @@ def test_kepler_through_the_command_line(kworld, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "train both: MRR" in out and '"no_description": 0' in out
+    assert re.search(r"^  made_of : MRR [0-9.]+ .*queries\)$", out, re.M)  # a row per relation
     err = cli_error(capsys, ["data", "triples", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
     assert "nowhere" in err
