@@ -3,6 +3,9 @@ paths moved there, the clock of a study's steps, results.json and training curve
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -13,6 +16,8 @@ from typing import Any
 from mmptm import toyworld
 from mmptm.config import load_yaml_tree
 from mmptm.eval.curves import plot_curves
+from mmptm.models.load import init_from
+from mmptm.recipe import RecipeInfo, RunConfig
 from mmptm.tokenizers.sentencepiece import train_tokenizer
 
 #: toyworld's languages (Russian the non-Latin one), as the multilingual recipes read them
@@ -82,6 +87,25 @@ def timed(times: dict[str, float], key: str) -> Iterator[None]:
 def format_seconds(times: Mapping[str, float]) -> str:
     """The one-line account of where a study's time went."""
     return "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items())
+
+
+def run_key(cfg: RunConfig) -> str:
+    """A digest of what decides a run's result: its config, with the architecture that an
+    ``init_mode: architecture`` start copies resolved (then the run it came from no longer
+    matters), without where it is written, whether it resumes, or its ``info``.
+
+    Within one study (one data folder, one machine and thread count) two runs with the same
+    key train the same model from the same seed on the same data, so a study trains the
+    first and reuses it for the second: from-scratch fine-tunings of recipes that share an
+    architecture (UNITER, ImageBERT and Unicoder-VL differ only in pre-training heads).
+    """
+    c = copy.deepcopy(cfg)
+    if c.init_mode == "architecture":
+        init_from(c)  # reads the checkpoint's config, not its weights' values
+        c.init = ""
+    c.output_dir, c.resume, c.info = "", False, RecipeInfo()
+    text = json.dumps(dataclasses.asdict(c), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def write_results(out: Path, result: Mapping[str, Any]) -> None:

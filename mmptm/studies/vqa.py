@@ -5,6 +5,7 @@ step)."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,8 +17,10 @@ from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
 from mmptm.objectives.base import task_objectives
 from mmptm.recipe import RunConfig, load_run_config
-from mmptm.studies.common import draw_curves, prepare_data, relocated, write_results
+from mmptm.studies.common import draw_curves, prepare_data, relocated, run_key, write_results
 from mmptm.train.trainer import pretrain
+
+log = logging.getLogger(__name__)
 
 #: the VL study's pre-training runs: name → (recipe, overrides). The last two are UNITER's
 #: architecture at the two-stream recipes' budget: every objective on every step (no task
@@ -82,8 +85,10 @@ def vqa_study(
     if retrieval_items is None:
         retrieval_items = n_test
     data, answers = _prepare(out, n_train, n_test, seed)
-    result: dict[str, Any] = {"budget": {}, "retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {}}
+    result: dict[str, Any] = {"budget": {}, "retrieval": {}, "vqa_mean": {}, "vqa_per_seed": {},
+                              "same_runs": {}}  # fmt: skip
     finetuned: dict[str, Path] = {}  # the first seed's fine-tuning runs, for their curves
+    trained: dict[str, tuple[str, Path, float]] = {}  # run_key → (row, run, test accuracy)
     for recipe in recipes:  # a run's name: the recipe's, or a VL_RUNS variant's
         run = out / recipe
         cfg = _pretrain(recipe, run, data, steps, seed, overrides)
@@ -92,11 +97,20 @@ def vqa_study(
             result["retrieval"].update(_vl_retrieval(recipe, run, retrieval_items, rerank_k))
         for name, init in _STARTS:
             key = f"{recipe} {name}"
-            fts = [out / f"vqa_{recipe}_{name.replace(' ', '_')}_{s}" for s in seeds]
-            finetuned.setdefault(key, fts[0])
-            scores = [
-                _finetune(run, ft, init, data, answers, ft_steps, s) for ft, s in zip(fts, seeds)
-            ]
+            scores = []
+            for s in seeds:
+                ft = out / f"vqa_{recipe}_{name.replace(' ', '_')}_{s}"
+                cfg = _finetune_config(run, ft, init, data, answers, ft_steps, s)
+                same = run_key(cfg)
+                if same not in trained:  # else an earlier row trained this very run, e.g.
+                    pretrain(cfg)  # from scratch on the same architecture
+                    trained[same] = (key, ft, _accuracy(ft))
+                row, ft, score = trained[same]
+                if row != key:
+                    result["same_runs"][key] = row
+                    log.info("%s, seed %d: the same run as %s (%s)", key, s, row, ft)
+                finetuned.setdefault(key, ft)
+                scores.append(score)
             result["vqa_per_seed"][key] = scores
             result["vqa_mean"][key] = statistics.mean(scores)
         result["settings"] = {"n_train": n_train, "steps": steps, "ft_steps": ft_steps,
@@ -154,17 +168,20 @@ def _pretrain(
     return cfg
 
 
-def _finetune(
+def _finetune_config(
     run: Path, ft: Path, init: Sequence[str], data: Path, answers: Path, ft_steps: int, seed: int
-) -> float:
-    """VQA fine-tuned at ``ft`` from ``run`` (``init``: its overrides); the test accuracy."""
-    cfg = load_run_config(
+) -> RunConfig:
+    """The VQA fine-tuning at ``ft`` from ``run`` (``init``: its overrides)."""
+    return load_run_config(
         "vqa",
         [f"init={run}", *init, f"output_dir={ft}", "resume=true", f"seed={seed}",
          f"train.max_steps={ft_steps}", f"data.train={data}/vqa/train-*.tar",
          f"data.test={data}/vqa/test-*.tar", f"model.objectives.vqa.answers={answers}"],
     )  # fmt: skip
-    pretrain(cfg)
+
+
+def _accuracy(ft: Path) -> float:
+    """The official soft VQA score of a fine-tuned run on the study's test questions."""
     return evaluate_vqa(str(ft), split="test")["accuracy"]
 
 
@@ -184,7 +201,8 @@ def _print_vqa(
     print(f"\nVQA accuracy (official soft score, %), mean of {n_seeds} fine-tuning seeds:")
     for key, acc in result["vqa_mean"].items():
         runs = ", ".join(f"{a:.1f}" for a in result["vqa_per_seed"][key])
-        print(f"  {key:<28} {acc:5.1f}   ({runs})")
+        same = result["same_runs"].get(key)
+        print(f"  {key:<28} {acc:5.1f}   ({runs})" + (f"  the same runs as {same}" if same else ""))
 
 
 def model_budget(model, batch_size: int) -> dict[str, Any]:

@@ -25,3 +25,53 @@ def test_the_views_a_recipe_reads():
     assert recipe_views("videoclip_tiny") == {"video_features"}
     assert recipe_views("clip_tiny") == {"image_text"}
     assert recipe_views("ernie_vl_tiny") == {"knowledge"}
+
+
+def _vqa_config(world: Path, run: Path, out: Path, *extra: str):
+    from conftest import tiny_overrides
+
+    from mmptm.recipe import load_run_config
+
+    answers = world / "vqa" / "answers_test.txt"
+    if not answers.is_file():
+        answers.write_text("".join(f"{a}\n" for a in ("yes", "no", "2", "red", "circle")))
+    over = [o for o in tiny_overrides(world, out, "vqa") if not o.startswith("model.")]
+    return load_run_config("vqa", [*over, f"init={run}", "train.max_steps=2",
+                                   f"model.objectives.vqa.answers={answers}", *extra])  # fmt: skip
+
+
+def test_run_key_is_the_run_a_from_scratch_fine_tuning_trains(tiny_world, tmp_path):
+    """Same key: the same weights after training (checked bitwise), whichever run the
+    architecture came from; another architecture, seed or weights start: another key."""
+    import torch
+    from conftest import tiny_overrides
+
+    from mmptm.recipe import load_run_config
+    from mmptm.studies.common import run_key
+    from mmptm.train.trainer import pretrain
+
+    runs = {}
+    for recipe in ("visualbert_tiny", "uniter_tiny", "lxmert_tiny"):
+        runs[recipe] = tmp_path / recipe
+        over = [*tiny_overrides(tiny_world, runs[recipe], recipe), "train.max_steps=1"]
+        pretrain(load_run_config(recipe, over))
+    scratch = "init_mode=architecture"
+    visualbert = _vqa_config(tiny_world, runs["visualbert_tiny"], tmp_path / "a", scratch)
+    uniter = _vqa_config(tiny_world, runs["uniter_tiny"], tmp_path / "b", scratch)
+    assert run_key(visualbert) == run_key(uniter)  # UNITER adds pre-training heads only
+    others = [
+        _vqa_config(tiny_world, runs["lxmert_tiny"], tmp_path / "c", scratch),
+        _vqa_config(tiny_world, runs["uniter_tiny"], tmp_path / "d", scratch, "seed=1"),
+        _vqa_config(tiny_world, runs["uniter_tiny"], tmp_path / "e"),  # its weights
+        _vqa_config(tiny_world, runs["visualbert_tiny"], tmp_path / "f"),
+    ]
+    keys = [run_key(c) for c in (visualbert, *others)]
+    assert len(set(keys)) == len(keys)
+    trained = {}
+    for name, cfg in (("a", visualbert), ("b", uniter), ("e", others[2]), ("f", others[3])):
+        pretrain(cfg)
+        trained[name] = torch.load(tmp_path / name / "checkpoints" / "step_00000002.pt",
+                                   map_location="cpu", weights_only=False)["model"]  # fmt: skip
+    same = [torch.equal(trained["a"][k], trained["b"][k]) for k in trained["a"]]
+    assert trained["a"].keys() == trained["b"].keys() and all(same)
+    assert not all(torch.equal(trained["e"][k], trained["f"][k]) for k in trained["e"])

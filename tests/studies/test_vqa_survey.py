@@ -30,6 +30,13 @@ def test_demo_vqa_runs_the_survey_rows(tmp_path):
     assert set(result["vqa_mean"]) == {f"{r} {s}" for r in NEW
                                        for s in ("pre-trained", "from scratch")}  # fmt: skip
     assert all(0 <= a <= 100 for a in result["vqa_mean"].values())
+    # ImageBERT and Unicoder-VL fine-tune UNITER's architecture: from scratch, UNITER's runs
+    scratch = "uniter_full_tiny from scratch"
+    assert result["same_runs"] == {f"{r} from scratch": scratch
+                                   for r in ("imagebert_tiny", "unicoder_vl_tiny")}  # fmt: skip
+    for r in ("imagebert_tiny", "unicoder_vl_tiny"):
+        assert result["vqa_per_seed"][f"{r} from scratch"] == result["vqa_per_seed"][scratch]
+        assert not (out / f"vqa_{r}_from_scratch_0").exists()
     shares = result["budget"]["uniter_full_tiny"]["objectives"]
     assert shares == {"itm": 1 / 3, "mlm": 1 / 3, "mrc_kl": 1 / 6, "mrfr": 1 / 6, "wra": 1 / 3}
     assert result["budget"]["lxmert_full_tiny"]["objectives"]["vqa"] == 1.0
