@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from mmptm import toyworld
 from mmptm.config import load_yaml_tree
 from mmptm.eval.curves import plot_curves
+from mmptm.models import checkpoint
 from mmptm.models.load import init_from
 from mmptm.recipe import RecipeInfo, RunConfig
 from mmptm.tokenizers.sentencepiece import train_tokenizer
@@ -106,6 +107,37 @@ def run_key(cfg: RunConfig) -> str:
     c.output_dir, c.resume, c.info = "", False, RecipeInfo()
     text = json.dumps(dataclasses.asdict(c), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def checkpoint_stamp(run: Path) -> dict[str, Any]:
+    """Which checkpoint a run's evaluation reads (the latest), with its size and time: it
+    changes when the run trains on."""
+    path = checkpoint.resolve(run)
+    st = path.stat()
+    return {"checkpoint": str(path), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def evaluated_once(
+    out: Path, name: str, inputs: Mapping[str, Any], evaluate: Callable[[], Any]
+) -> Any:
+    """``evaluate()``, or the result an earlier call stored in ``out/evaluations/NAME.json``
+    for the same ``inputs`` (JSON: a :func:`checkpoint_stamp`, the evaluation's settings).
+    A resumed study thus re-scores only what changed, not every costly evaluation (ITM over
+    all pairs of a 500-pair split takes minutes a run)."""
+    path = out / "evaluations" / f"{name}.json"
+    inputs = json.loads(json.dumps(inputs))  # as it reads back
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored["inputs"] == inputs:
+            return stored["result"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: evaluate again
+    result = evaluate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"inputs": inputs, "result": result}, indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return result
 
 
 def write_results(out: Path, result: Mapping[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,15 @@ from mmptm.eval.vqa import evaluate_vqa
 from mmptm.models.load import load_pretrained
 from mmptm.objectives.base import task_objectives
 from mmptm.recipe import RunConfig, load_run_config
-from mmptm.studies.common import draw_curves, prepare_data, relocated, run_key, write_results
+from mmptm.studies.common import (
+    checkpoint_stamp,
+    draw_curves,
+    evaluated_once,
+    prepare_data,
+    relocated,
+    run_key,
+    write_results,
+)
 from mmptm.train.trainer import pretrain
 
 log = logging.getLogger(__name__)
@@ -94,7 +103,10 @@ def vqa_study(
         cfg = _pretrain(recipe, run, data, steps, seed, overrides)
         result["budget"][recipe] = model_budget(load_pretrained(str(run))[0], cfg.data.batch_size)
         if retrieval_items:  # 0: VQA only (ITM over every pair is the costly part)
-            result["retrieval"].update(_vl_retrieval(recipe, run, retrieval_items, rerank_k))
+            inputs = {**checkpoint_stamp(run), "items": retrieval_items, "rerank_k": rerank_k}
+            rows = evaluated_once(out, f"retrieval_{recipe}", inputs, partial(
+                _vl_retrieval, recipe, run, retrieval_items, rerank_k))  # fmt: skip
+            result["retrieval"].update(rows)
         for name, init in _STARTS:
             key = f"{recipe} {name}"
             scores = []

@@ -75,3 +75,31 @@ def test_run_key_is_the_run_a_from_scratch_fine_tuning_trains(tiny_world, tmp_pa
     same = [torch.equal(trained["a"][k], trained["b"][k]) for k in trained["a"]]
     assert trained["a"].keys() == trained["b"].keys() and all(same)
     assert not all(torch.equal(trained["e"][k], trained["f"][k]) for k in trained["e"])
+
+
+def test_an_evaluation_is_redone_only_when_its_inputs_change(tmp_path):
+    from mmptm.studies.common import checkpoint_stamp, evaluated_once
+
+    calls = []
+
+    def evaluate(value):
+        calls.append(value)
+        return {"R@1": value, "rows": [1, 2]}
+
+    run = tmp_path / "run" / "checkpoints"
+    run.mkdir(parents=True)
+    (run / "step_00000010.pt").write_bytes(b"x" * 10)
+    inputs = {**checkpoint_stamp(tmp_path / "run"), "items": 500}
+    assert inputs["checkpoint"].endswith("step_00000010.pt") and inputs["bytes"] == 10
+    first = evaluated_once(tmp_path, "retrieval_a", inputs, lambda: evaluate(0.5))
+    again = evaluated_once(tmp_path, "retrieval_a", dict(inputs), lambda: evaluate(0.7))
+    assert first == again == {"R@1": 0.5, "rows": [1, 2]} and calls == [0.5]
+    other = evaluated_once(tmp_path, "retrieval_a", {**inputs, "items": 100}, lambda: evaluate(0.6))
+    assert other["R@1"] == 0.6 and calls == [0.5, 0.6]
+    (run / "step_00000020.pt").write_bytes(b"y" * 12)  # the run trained on: another checkpoint
+    later = {**checkpoint_stamp(tmp_path / "run"), "items": 100}
+    assert later != {**inputs, "items": 100}
+    assert evaluated_once(tmp_path, "retrieval_a", later, lambda: evaluate(0.8))["R@1"] == 0.8
+    (tmp_path / "evaluations" / "retrieval_a.json").write_text("{not json")  # damaged
+    assert evaluated_once(tmp_path, "retrieval_a", later, lambda: evaluate(0.9))["R@1"] == 0.9
+    assert calls == [0.5, 0.6, 0.8, 0.9]

@@ -73,6 +73,12 @@ def test_demo_vqa_ranks_oscar_by_its_tags_head_and_albef_three_ways(tmp_path, ca
     printed = capsys.readouterr().out
     assert "albef_tiny, top 16 re-ranked" in printed and "oscar_tiny" in printed
     assert "single_stream_9l" in printed and "1.80M" in printed
+    # run again: every run is finished, and no retrieval is scored again
+    stored = {p: p.stat().st_mtime_ns for p in (out / "evaluations").glob("retrieval_*.json")}
+    assert len(stored) == 3
+    assert main(argv) == 0
+    assert json.loads((out / "results.json").read_text())["retrieval"] == result["retrieval"]
+    assert {p: p.stat().st_mtime_ns for p in stored} == stored
 
 
 @pytest.mark.slow
