@@ -16,7 +16,7 @@ import importlib
 import inspect
 import json
 import pkgutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -141,22 +141,27 @@ class Commands:
         return deco
 
     def register_writer(
-        self, name: str, summary: str, write: Callable[..., Any], ints: tuple[str, ...],
-        example: str,
+        self, name: str, summary: str, write: Callable[..., Any], flags: tuple[str, ...],
+        example: str, helps: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
-        """Register ``write(out, **ints)`` as a command: ``--out`` plus an integer flag per
-        keyword of ``ints`` (defaults from ``write``'s signature); it prints what ``write``
+        """Register ``write(out, **flags)`` as a command: ``--out`` plus a flag per keyword of
+        ``flags``, typed and defaulted by ``write``'s signature (an int, float or str; a
+        tuple or list: a comma list), ``helps`` its help texts; it prints what ``write``
         returns as json."""
 
         def add_arguments(p: Any) -> None:
             p.add_argument("--out", required=True, help=f"e.g. {example}")
-            for key in ints:
+            for key in flags:
+                default = default_of(write, key)
+                listed = isinstance(default, (tuple, list))
                 p.add_argument(
-                    "--" + key.replace("_", "-"), type=int, default=default_of(write, key)
-                )
+                    "--" + key.replace("_", "-"), type=_comma_list if listed else type(default),
+                    default=tuple(default) if listed else default,
+                    help=(helps or {}).get(key, "comma list" if listed else None),
+                )  # fmt: skip
 
         def run(args: Any) -> int:
-            stats = write(args.out, **{key: getattr(args, key) for key in ints})
+            stats = write(args.out, **{key: getattr(args, key) for key in flags})
             print(json.dumps(stats, indent=1))
             return 0
 
@@ -173,6 +178,11 @@ class Commands:
 
 #: ``mmptm data NAME``: the converters (one module per format family) and toyworld's generator
 CONVERTERS = Commands("data command", ("mmptm.converters", "mmptm.toyworld"))
+
+
+def _comma_list(text: str) -> tuple[str, ...]:
+    """A command-line comma list: ``"de, fr,"`` → ``("de", "fr")``."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def default_of(fn: Callable[..., Any], name: str) -> Any:

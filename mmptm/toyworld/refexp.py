@@ -12,14 +12,12 @@ toyworld's (``sample_scene(seed, split, i)``): the images a toyworld pre-trainin
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from mmptm.data.shards import ShardWriter
-from mmptm.registry import CONVERTERS, default_of
+from mmptm.registry import CONVERTERS
 from mmptm.toyworld.detector import _detections
 from mmptm.toyworld.language import LANGUAGES, object_phrase
 from mmptm.toyworld.scene import Scene, object_box, sample_scene
@@ -66,24 +64,11 @@ def write_refexp(
     return stats
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="e.g. data/toyworld/refexp")
-    for name in ("n_train", "n_val", "n_test", "seed", "image_size", "shard_size"):
-        flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=int, default=default_of(write_refexp, name))
-    p.add_argument("--lang", default="en", help=f"one of {', '.join(LANGUAGES)}")
-
-
-@CONVERTERS.register(
+CONVERTERS.register_writer(
     "toyworld-refexp", "toyworld's referring expressions (a phrase naming one object)",
-    _arguments,
+    write_refexp, ("n_train", "n_val", "n_test", "seed", "lang", "image_size", "shard_size"),
+    "data/toyworld/refexp", {"lang": f"one of {', '.join(LANGUAGES)}"},
 )  # fmt: skip
-def _command(args: argparse.Namespace) -> int:
-    stats = write_refexp(args.out, n_train=args.n_train, n_val=args.n_val, n_test=args.n_test,
-                         seed=args.seed, lang=args.lang, image_size=args.image_size,
-                         shard_size=args.shard_size)  # fmt: skip
-    print(json.dumps(stats, indent=1))
-    return 0
 
 
 __all__ = ["expressions", "write_refexp"]

@@ -17,8 +17,6 @@ its views; distinct scenes may share a caption, as real corpora repeat sentences
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mmptm.converters.retrieval import convert_bucc, convert_tatoeba
-from mmptm.registry import CONVERTERS, default_of
+from mmptm.registry import CONVERTERS
 from mmptm.toyworld.language import LANGUAGES, describe
 from mmptm.toyworld.scene import SPLITS, sample_scene
 
@@ -86,27 +84,13 @@ def write_retrieval(
     return stats
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="e.g. data/toyworld/retrieval")
-    p.add_argument("--languages", default=",".join(_OTHERS),
-                   help="comma list of toyworld languages paired with en")  # fmt: skip
-    for name in ("n_tatoeba", "n_bucc", "seed"):
-        flag = "--" + name.replace("_", "-")
-        p.add_argument(flag, type=int, default=default_of(write_retrieval, name))
-    p.add_argument("--parallel", type=float, default=default_of(write_retrieval, "parallel"),
-                   help="share of BUCC sentences that are translations")  # fmt: skip
-
-
-@CONVERTERS.register(
+CONVERTERS.register_writer(
     "toyworld-retrieval", "toyworld's Tatoeba and BUCC analogues (captions in 5 languages)",
-    _arguments,
+    write_retrieval, ("languages", "n_tatoeba", "n_bucc", "parallel", "seed"),
+    "data/toyworld/retrieval",
+    {"languages": "comma list of toyworld languages paired with en",
+     "parallel": "share of BUCC sentences that are translations"},
 )  # fmt: skip
-def _command(args: argparse.Namespace) -> int:
-    languages = [x.strip() for x in args.languages.split(",") if x.strip()]
-    stats = write_retrieval(args.out, languages=languages, n_tatoeba=args.n_tatoeba,
-                            n_bucc=args.n_bucc, parallel=args.parallel, seed=args.seed)  # fmt: skip
-    print(json.dumps(stats, indent=1))
-    return 0
 
 
 __all__ = ["write_retrieval"]

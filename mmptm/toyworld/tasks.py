@@ -20,7 +20,6 @@ toyworld's (``sample_scene(seed, split, i)``): the same captions as its image-te
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from typing import Any
 
 from mmptm.converters.qa import convert_squad
 from mmptm.converters.tagging import convert_tagging
-from mmptm.registry import CONVERTERS, default_of
+from mmptm.registry import CONVERTERS
 from mmptm.toyworld.language import LANGUAGES, LEXICON, describe, lexicon_forms
 from mmptm.toyworld.scene import Scene, sample_scene
 
@@ -156,25 +155,11 @@ def write_tasks(
 # mmptm data toyworld-tasks
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="e.g. data/toyworld/tasks")
-    p.add_argument("--n-train", type=int, default=default_of(write_tasks, "n_train"))
-    p.add_argument("--n-test", type=int, default=default_of(write_tasks, "n_test"))
-    p.add_argument("--seed", type=int, default=default_of(write_tasks, "seed"))
-    p.add_argument("--languages", default=",".join(LANGUAGES), help="comma list")
-    p.add_argument("--shard-size", type=int, default=default_of(write_tasks, "shard_size"))
-
-
-@CONVERTERS.register(
+CONVERTERS.register_writer(
     "toyworld-tasks", "toyworld's tagged mentions and answer spans (WikiANN / XQuAD analogues)",
-    _arguments,
+    write_tasks, ("n_train", "n_test", "seed", "languages", "shard_size"),
+    "data/toyworld/tasks",
 )  # fmt: skip
-def _command(args: argparse.Namespace) -> int:
-    languages = args.languages.split(",")
-    stats = write_tasks(args.out, n_train=args.n_train, n_test=args.n_test, seed=args.seed,
-                        languages=languages, shard_size=args.shard_size)  # fmt: skip
-    print(json.dumps(stats, indent=1))
-    return 0
 
 
 __all__ = ["QUESTIONS", "mentions", "questions", "tagged_words", "write_tasks"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import pytest
+
 from mmptm.cli import build_parser, main
 from mmptm.config import load_yaml_tree
 from mmptm.converters.audio import DEFAULT_SHARD_SIZE
@@ -76,3 +78,26 @@ def test_toyworld_writes_the_five_languages_the_recipes_and_readme_name(tmp_path
     languages = json.loads((out / "manifest.json").read_text())["languages"]
     recipe = load_yaml_tree("_toyworld_text")
     assert languages == recipe["data"]["sources"]["mono"]["languages"] == list(LANGS)
+
+
+def test_writer_flags_take_the_types_and_defaults_of_the_writer():
+    """`register_writer`: int, float and str flags typed from the writer's defaults, a tuple
+    default a comma list; what the command line gives reaches the writer as that type."""
+    from mmptm.toyworld.refexp import write_refexp
+    from mmptm.toyworld.retrieval import write_retrieval
+    from mmptm.toyworld.tasks import write_tasks
+
+    parse = build_parser().parse_args
+    ret = parse(["data", "toyworld-retrieval", "--out", "o"])
+    assert ret.languages == tuple(default_of(write_retrieval, "languages"))
+    assert ret.parallel == default_of(write_retrieval, "parallel") == 0.25
+    ret = parse(["data", "toyworld-retrieval", "--out", "o", "--languages", "de, ru,",
+                 "--parallel", "0.5", "--n-bucc", "7"])  # fmt: skip
+    assert (ret.languages, ret.parallel, ret.n_bucc) == (("de", "ru"), 0.5, 7)
+    ref = parse(["data", "toyworld-refexp", "--out", "o", "--lang", "fr"])
+    assert (ref.lang, ref.n_train) == ("fr", default_of(write_refexp, "n_train"))
+    tasks = parse(["data", "toyworld-tasks", "--out", "o", "--languages", "en,ru"])
+    assert tasks.languages == ("en", "ru")
+    assert tasks.shard_size == default_of(write_tasks, "shard_size")
+    with pytest.raises(SystemExit):
+        parse(["data", "toyworld-retrieval", "--out", "o", "--parallel", "half"])
