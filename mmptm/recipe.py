@@ -125,6 +125,10 @@ class ModelConfig:
     #: monolingual batches and a contrastive loss on stacked pairs; sources not named train
     #: every objective. Only those objectives' data sides run on the source's batches
     routes: dict[str, list[str]] = field(default_factory=dict)
+    #: objective name → the share of ``train.max_steps`` before it starts training (0 ≤ share
+    #: < 1): a two-stage pre-training in one schedule, e.g. LXMERT's paper adds image QA for
+    #: the second half, ``{vqa: 0.5}``. Objectives not named train from the first step
+    starts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -264,6 +268,16 @@ def check_recipe(cfg: RunConfig) -> None:
     """The checks no single section can make alone; ``ValueError`` naming the keys."""
     if cfg.train.parallel == "fsdp":
         check_same_parameters(cfg)
+    for name, share in cfg.model.starts.items():
+        if name not in cfg.model.objectives:
+            raise ValueError(
+                f"model.starts names {name!r}, which is not in model.objectives "
+                f"({sorted(cfg.model.objectives)})"
+            )
+        if not 0 <= share < 1:
+            raise ValueError(
+                f"model.starts.{name} must be a share of train.max_steps in [0, 1), got {share}"
+            )
     unrouted = set(cfg.model.routes) - set(cfg.data.sources)
     if unrouted:
         raise ValueError(
@@ -315,10 +329,12 @@ def check_same_parameters(cfg: RunConfig) -> None:
     varying = {
         "model.task_mix": "samples an objective per rank",
         "model.routes": "trains other objectives on other sources' batches",
+        "model.starts": "leaves objectives untrained until their start",
         "train.find_unused_parameters": "is for steps that leave parameters unused",
     }
     tc, model = cfg.train, cfg.model
-    for key, on in zip(varying, (model.task_mix, model.routes, tc.find_unused_parameters)):
+    settings = (model.task_mix, model.routes, model.starts, tc.find_unused_parameters)
+    for key, on in zip(varying, settings):
         if on:
             raise ValueError(
                 f"train.parallel=fsdp needs every rank to use the same parameters at each "

@@ -125,6 +125,9 @@ class PretrainModel(nn.Module):
             if hasattr(objective, "bind"):
                 objective.bind(self.objectives)
         self.weights = {name: c.weight for name, c in cfg.objectives.items()}
+        #: the objectives of ``model.starts`` whose start training has not reached (the
+        #: trainer sets it when it changes; empty outside training: every objective trains)
+        self.waiting: frozenset[str] = frozenset()
 
     def data_needs(self) -> dict[str, Need]:
         """Every view the model reads, merged from its encoders, fusion and objectives."""
@@ -157,6 +160,8 @@ class PretrainModel(nn.Module):
         terms: dict[str, torch.Tensor] = {}
         for name, objective in self.objectives.items():
             if not trains(batch, name, self.cfg.routes):  # task_mix / routes
+                continue
+            if name in self.waiting:  # model.starts: not started yet
                 continue
             for key, value in objective(out, batch).items():
                 terms[f"{name}_{key}"] = value.detach()

@@ -221,11 +221,13 @@ def model_budget(model, batch_size: int) -> dict[str, Any]:
     """What a pre-training run spends, to compare recipes at equal budgets: parameters (all,
     and the fusion's), the batch size, and the share of steps each objective trains (1 for
     every objective without ``task_mix``; with it, the weight share of the tasks that train
-    it: ``itm+wra`` counts for both)."""
-    mix = model.cfg.task_mix
+    it: ``itm+wra`` counts for both), times the share of training after its start
+    (``model.starts``)."""
+    mix, starts = model.cfg.task_mix, model.cfg.starts
     total = sum(mix.values())
     share = {
-        n: sum(w for task, w in mix.items() if n in task_objectives(task)) / total if mix else 1.0
+        n: (sum(w for task, w in mix.items() if n in task_objectives(task)) / total if mix else 1.0)
+        * (1.0 - starts.get(n, 0.0))
         for n in model.cfg.objectives
     }
     return {

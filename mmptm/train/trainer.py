@@ -460,6 +460,12 @@ class Trainer:
         if self.flops_per_step is None:
             names = {id(m): n for n, m in self.model.named_modules()}
             count = flops.FlopCount([names[id(m)] for m in self.recomputed])
+        # model.starts: the objectives not started yet, set when it changes (a compiled model
+        # guards on the attribute)
+        starts = self.cfg.model.starts
+        waiting = frozenset(n for n, s in starts.items() if self.step < s * tc.max_steps)
+        if waiting != self.model.waiting:
+            self.model.waiting = waiting
         for micro in range(tc.grad_accum):
             batch = move_to(next(batches), self.device)
             with self._gradient_sync(micro == tc.grad_accum - 1):

@@ -124,3 +124,59 @@ def test_lxmert_full_base_has_the_published_228m_parameters(tmp_path):
     assert 226e6 < n < 230e6, n / 1e6
     head = 768 * 1536 + 1536 + 2 * 1536 + 1536 * 9500 + 9500  # Linear, LN, Linear
     assert n - count_parameters(load_run_config("lxmert_base"), 30522) == head
+
+
+def test_a_late_start_trains_image_qa_only_from_its_step(tiny_world, tmp_path, answers):
+    """``model.starts: {vqa: 0.5}`` (LXMERT's paper: image QA in the second half): the
+    question batches of the first half train every other objective but not QA, and the
+    answer head stays as initialised; from the half on, question batches train QA."""
+    import json
+
+    run = tmp_path / "late"
+    over = [*_overrides(tiny_world, run, answers), "train.max_steps=12", "train.ckpt_every=6",
+            "train.keep_checkpoints=0", "model.starts={vqa: 0.5}",
+            "data.sources.questions.weight=4"]  # fmt: skip
+    cfg = load_run_config("lxmert_full_tiny", over)
+    torch.manual_seed(0)
+    model, tok = build_model(cfg)
+    init_head = {k: v.clone() for k, v in model.objectives["vqa"].state_dict().items()}
+    stream = stream_config(
+        cfg.data, tok, needs=model.data_needs(),
+        transforms=data_transforms(cfg.model, VocabInfo.from_tokenizer(tok)),
+    )  # fmt: skip
+    # the sources the run's steps read (the loader is seeded: the trainer reads the same)
+    sources = [b["__source__"] for _, b in zip(range(12), Loader(stream, 0))]
+    pretrain(cfg)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r for r in rows if "mlm_loss" in r}
+    assert sorted(steps) == list(range(1, 13))
+    early = [s for s in range(1, 7) if sources[s - 1] == "questions"]
+    late = [s for s in range(7, 13) if sources[s - 1] == "questions"]
+    assert early and late  # the check below sees question batches on both sides
+    assert not any("vqa_loss" in steps[s] for s in early)
+    assert all("vqa_loss" in steps[s] for s in late)
+    half = torch.load(run / "checkpoints" / "step_00000006.pt", map_location="cpu",
+                      weights_only=False)["model"]  # fmt: skip
+    for k, v in init_head.items():
+        torch.testing.assert_close(half[f"objectives.vqa.{k}"], v)  # untouched until the half
+    end = load_pretrained(str(run))[0].objectives["vqa"].state_dict()
+    assert any(not torch.equal(end[k], v) for k, v in init_head.items())
+
+
+@pytest.mark.parametrize(("starts", "message"), [
+    ("{qa: 0.5}", "model.starts names 'qa'"),
+    ("{vqa: 1.0}", "model.starts.vqa must be a share"),
+])  # fmt: skip
+def test_a_bad_start_is_named(tiny_world, tmp_path, answers, starts, message):
+    over = [*_overrides(tiny_world, tmp_path, answers), f"model.starts={starts}"]
+    with pytest.raises(ValueError, match=message):
+        load_run_config("lxmert_full_tiny", over)
+
+
+def test_the_study_counts_a_late_objective_for_the_steps_it_trains(tiny_world, tmp_path, answers):
+    from mmptm.studies.vqa import model_budget
+
+    over = [*_overrides(tiny_world, tmp_path, answers), "model.starts={vqa: 0.25}"]
+    model, _ = build_model(load_run_config("lxmert_full_tiny", over))
+    shares = model_budget(model, batch_size=8)["objectives"]
+    assert shares["vqa"] == 0.75 and shares["mlm"] == 1.0

@@ -226,10 +226,14 @@ def test_a_fresh_run_into_an_output_dir_with_checkpoints_is_refused(tiny_world, 
 
 
 @pytest.mark.parametrize(
-    ("recipe", "key"), [("uniter_tiny", "model.task_mix"), ("xlm_xlco_tiny", "model.routes")]
-)
-def test_fsdp_refuses_settings_that_let_ranks_train_different_parameters(tiny_world, tmp_path,
-                                                                         recipe, key):  # fmt: skip
+    ("recipe", "key", "extra"),
+    [("uniter_tiny", "model.task_mix", ""), ("xlm_xlco_tiny", "model.routes", ""),
+     ("visualbert_tiny", "model.starts", "model.starts={itm: 0.5}")],
+)  # fmt: skip
+def test_fsdp_refuses_settings_that_let_ranks_train_different_parameters(
+    tiny_world, tmp_path, recipe, key, extra
+):
     over = [*tiny_overrides(tiny_world, tmp_path, recipe), "train.parallel=fsdp"]
+    over += [extra] if extra else []
     with pytest.raises(ValueError, match=f"same parameters at each step, but {key} "):
         Trainer(load_run_config(recipe, over))
