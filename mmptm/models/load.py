@@ -89,7 +89,7 @@ def load_pretrained(
 def init_from(cfg: RunConfig) -> Checkpoint | None:
     """Give ``cfg`` the architecture (and tokenizer, if unset) of the run ``cfg.init`` names.
 
-    The heads, and the task mix and routes over them, stay the recipe's own. With
+    The heads, and the task mix, routes and starts over them, stay the recipe's own. With
     ``init_mode: encoders`` the whole model stays the recipe's own. In every mode the data
     keep the layout the run was pre-trained with (:func:`take_layout`). Returns the checkpoint,
     whose weights :func:`load_init` loads, or None without ``init``.
@@ -108,6 +108,7 @@ def init_from(cfg: RunConfig) -> Checkpoint | None:
         objectives=cfg.model.objectives,
         task_mix=cfg.model.task_mix,
         routes=cfg.model.routes,
+        starts=cfg.model.starts,
     )
     return ckpt
 

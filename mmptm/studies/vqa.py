@@ -64,6 +64,9 @@ VL_RUNS.update(
     {name: (name, ()) for name in ("uniter_full_tiny", "lxmert_full_tiny", "vlbert_tiny",
                                    "unicoder_vl_tiny", "imagebert_tiny", "b2t2_tiny")}
 )  # fmt: skip
+# LXMERT's two stages (its paper: image QA only in the second half of pre-training; the
+# recipe, like LXMERT's released code, trains it from the start)
+VL_RUNS["lxmert_full_two_stage"] = ("lxmert_full_tiny", ("model.starts={vqa: 0.5}",))
 VL_RECIPES = tuple(VL_RUNS)
 #: fine-tuning starts: name → overrides of the VQA recipe besides ``init=<pre-trained run>``
 _STARTS = (("pre-trained", []), ("from scratch", ["init_mode=architecture"]))

@@ -161,6 +161,12 @@ def test_a_late_start_trains_image_qa_only_from_its_step(tiny_world, tmp_path, a
         torch.testing.assert_close(half[f"objectives.vqa.{k}"], v)  # untouched until the half
     end = load_pretrained(str(run))[0].objectives["vqa"].state_dict()
     assert any(not torch.equal(end[k], v) for k, v in init_head.items())
+    # fine-tuning from the run takes its architecture, not its schedule: VQA from step 1
+    from mmptm.models.load import init_from
+
+    ft = load_run_config("vqa", [f"init={run}", f"model.objectives.vqa.answers={answers}"])
+    init_from(ft)
+    assert ft.model.starts == {} and ft.model.fusion == cfg.model.fusion
 
 
 @pytest.mark.parametrize(("starts", "message"), [
