@@ -61,6 +61,7 @@ from mmptm.kg.graph import read_descriptions
 from mmptm.modalities.base import read_id_list
 from mmptm.models.load import load_pretrained
 from mmptm.objectives.kepler import KnowledgeEmbedding
+from mmptm.studies.knowledge import score_spied
 from mmptm.toyworld.knowledge import FACT_RELATIONS
 
 LANGS = ("en", "de", "fr", "ru", "es")
@@ -151,13 +152,7 @@ def _states(run: str, data: Path, overrides: list[str]) -> tuple[dict, dict]:
         return res
 
     samples, meta = _queries(data, LANGS)
-    model.fuse = spy  # type: ignore[method-assign]
-    try:
-        score_queries(model, cfg, tok, samples)
-    finally:
-        del model.fuse
-        for h in hooks:
-            h.remove()
+    score_spied(model, cfg, tok, samples, spy, hooks)
     return rows, meta
 
 
@@ -226,13 +221,7 @@ def tails(run: str, data: Path, out: Path) -> dict[str, Any]:
                 sums[n, 2 * k + 1] += float(share_BL[mention_BL].sum())
         return res
 
-    model.fuse = spy  # type: ignore[method-assign]
-    try:
-        score_queries(model, cfg, tok, _queries(data, ("en",))[0])
-    finally:
-        del model.fuse
-        for h in hooks:
-            h.remove()
+    score_spied(model, cfg, tok, _queries(data, ("en",))[0], spy, hooks)
     keys = ("relation_words", "relation_words_uniform", "tails", "tails_uniform")
     return {f"layer {n + 1}": dict(zip(keys, [round(x, 3) for x in row], strict=True))
             for n, row in enumerate((sums / count).tolist())}  # fmt: skip

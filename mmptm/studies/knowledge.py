@@ -188,6 +188,21 @@ def _cloze(
     return result
 
 
+def score_spied(
+    model: Any, cfg: Any, tokenizer: Any, samples: Any, spy: Callable[..., Any], hooks: list
+) -> None:
+    """Score cloze ``samples`` with ``model.fuse`` replaced by ``spy`` (which calls the real
+    fusion and reads what its forward ``hooks`` kept); then the model is restored and the
+    hooks removed, also on an error."""
+    model.fuse = spy
+    try:
+        score_queries(model, cfg, tokenizer, samples)
+    finally:
+        del model.fuse
+        for h in hooks:
+            h.remove()
+
+
 @torch.no_grad()
 def tree_attention(
     run: Path | str, probe: Path | str, *, sentence: int = 1, overrides: Sequence[str] = ()
@@ -230,13 +245,7 @@ def tree_attention(
                 sums[n, 2 * k + 1] += float(share_BL[q_BL].sum())
         return out
 
-    model.fuse = spy  # type: ignore[method-assign]
-    try:
-        score_queries(model, cfg, tokenizer, samples)
-    finally:
-        del model.fuse
-        for h in hooks:
-            h.remove()
+    score_spied(model, cfg, tokenizer, samples, spy, hooks)
     keys = ("mask_to_mention", "mask_to_mention_uniform", "mention_to_branch",
             "mention_to_branch_uniform")  # fmt: skip
     means = sums / counts.clamp_min(1).repeat_interleave(2)
