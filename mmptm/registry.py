@@ -155,7 +155,7 @@ class Commands:
                 default = default_of(write, key)
                 listed = isinstance(default, (tuple, list))
                 p.add_argument(
-                    "--" + key.replace("_", "-"), type=_comma_list if listed else type(default),
+                    "--" + key.replace("_", "-"), type=comma_list if listed else type(default),
                     default=tuple(default) if listed else default,
                     help=(helps or {}).get(key, "comma list" if listed else None),
                 )  # fmt: skip
@@ -180,7 +180,7 @@ class Commands:
 CONVERTERS = Commands("data command", ("mmptm.converters", "mmptm.toyworld"))
 
 
-def _comma_list(text: str) -> tuple[str, ...]:
+def comma_list(text: str) -> tuple[str, ...]:
     """A command-line comma list: ``"de, fr,"`` → ``("de", "fr")``."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
 

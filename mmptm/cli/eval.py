@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from mmptm.cli.flags import decoding_arguments, decoding_config, device
-from mmptm.registry import default_of
+from mmptm.registry import comma_list, default_of
 
 _SPLITS = ["train", "val", "test"]
 
@@ -196,7 +196,7 @@ def _eval_cloze(args: argparse.Namespace) -> int:
     from mmptm.models.load import load_pretrained
 
     loaded = load_pretrained(args.run, args.overrides)
-    groups = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    groups = comma_list(args.group_by)
     results = {}
     for file in args.cloze:
         r = evaluate_cloze(args.run, file, language=args.language, candidates=args.candidates,
@@ -275,7 +275,7 @@ def _eval_spans(args: argparse.Namespace) -> int:
     sets = dict(s.split("=", 1) for s in args.set or [])
     if args.shards:
         sets["test"] = args.shards
-    groups = [g.strip() for g in args.group_by.split(",") if g.strip()]
+    groups = comma_list(args.group_by)
     result = evaluate_spans(args.run, sets or None, group_by=groups, overrides=args.overrides,
                             device=args.device)  # fmt: skip
     print(format_spans(result))
@@ -532,7 +532,7 @@ def _eval_transfer(args: argparse.Namespace) -> int:
 
     sets = dict(s.split("=", 1) for s in args.set or [])
     if args.pattern:
-        languages = [x.strip() for x in args.languages.split(",") if x.strip()]
+        languages = comma_list(args.languages)
         sets |= language_sets(args.pattern, languages)
     elif args.languages:
         raise ValueError("--languages fills --pattern's {lang}: give --pattern too")
