@@ -31,7 +31,8 @@ K toys a look, all K text toys or all graph toys, with pairwise different facts 
 relation; a scene's object shows one of its look's toys, drawn per scene
 (:meth:`World.scene_toys`), and the view draws the scenes in the toys' looks
 (:meth:`World.dress`). A toy's looks then narrow it down to K toys; only its entity (the
-region's, or its name's mention) tells which.
+region's, or its name's mention) tells which. Look-mates share a downstream split, so a
+held-out toy's look is never a training toy's.
 """
 
 from __future__ import annotations
@@ -418,7 +419,8 @@ def build_world(seed: int, shared_looks: int = 1) -> World:
 def _share_looks(world: World, seed: int, k: int) -> World:
     """``world`` with its toys ``k`` to a look (:func:`build_world`): groups of text toys
     and of graph toys, facts pairwise different in each; the looks' (shape, colour) pairs
-    distinct, sizes alternating."""
+    distinct, sizes alternating; the downstream splits drawn by look (60 / 20 / 20 % of each
+    group's looks), so look-mates share one."""
     rng = np.random.default_rng([seed, _LOOKS_STREAM])
     groups = [g for in_text in (True, False)
               for g in _unlike_groups(rng, [t for t in world.toys if t.facts_in_text == in_text],
@@ -428,8 +430,17 @@ def _share_looks(world: World, seed: int, k: int) -> World:
     looks = [(SHAPES[int(p) // len(colors)], colors[int(p) % len(colors)], sizes[i % len(sizes)])
              for i, p in enumerate(pairs)]  # fmt: skip
     look_of = {t.id: look for look, g in zip(looks, groups) for t in g}
+    # a look's toys share a downstream split: a held-out toy's look is held out with it, so
+    # a head fine-tuned on the training toys' looks cannot answer a test toy by its look-mates
+    split_of = {}
+    for in_text in (True, False):
+        mine = [g for g in groups if g[0].facts_in_text == in_text]
+        order = rng.permutation(len(mine))
+        cut = (round(0.6 * len(mine)), round(0.8 * len(mine)))
+        for part, members in zip(TOY_SPLITS, np.split(order, cut)):
+            split_of |= {t.id: part for i in members for t in mine[int(i)]}
     toys = tuple(replace(t, shape=look_of[t.id][0], color=look_of[t.id][1],
-                         size=look_of[t.id][2]) for t in world.toys)  # fmt: skip
+                         size=look_of[t.id][2], split=split_of[t.id]) for t in world.toys)  # fmt: skip
     look_toys = {look: tuple(t.id for t in g) for look, g in zip(looks, groups)}
     return replace(world, toys=toys, shared_looks=k, look_toys=look_toys)
 
@@ -616,7 +627,7 @@ def graph_files(world: World, languages: Sequence[str]) -> dict[str, str]:
 def knowledge_manifest(seed: int, shared_looks: int = 1) -> dict[str, Any]:
     """The manifest's ``knowledge`` section: sizes, relations and chance levels (and
     ``shared_looks`` when not 1)."""
-    world = build_world(seed)
+    world = build_world(seed, shared_looks)
     n_values = {r: len(VALUES[r]) for r in FACT_RELATIONS}
     return {
         **({"shared_looks": shared_looks} if shared_looks != 1 else {}),

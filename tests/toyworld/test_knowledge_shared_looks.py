@@ -100,6 +100,30 @@ def test_regions_show_their_toys_looks_and_looks_do_not_tell_the_toy(shared):
     assert sum(len(v) >= 2 for v in seen.values()) >= 10
 
 
+def test_look_mates_share_a_split_so_kvqa_tests_unseen_looks(shared):
+    """A held-out toy's look is held out with it: the toys of a look share a downstream split,
+    and no look a test question asks about is asked about in training."""
+    toys = _toys(shared)
+    by_look = defaultdict(set)
+    for t in toys.values():
+        by_look[_look(t)].add(t["split"])
+    assert all(len(splits) == 1 for splits in by_look.values())
+    for in_text in (True, False):  # 60 / 20 / 20 % of each group's 10 looks
+        counts = defaultdict(int)
+        for t in toys.values():
+            if t["facts_in_text"] == in_text:
+                counts[t["split"]] += 1
+        assert dict(counts) == {"train": 18, "dev": 6, "test": 6}
+    asked = {}
+    for split in ("train", "test"):
+        asked[split] = set()
+        for _, s in _samples(shared, f"kvqa/{split}-*.tar"):
+            meta = json.loads(s["json"])
+            asked[split].add(_look(toys[meta["entity"]]))
+    assert asked["train"] and asked["test"]
+    assert not asked["train"] & asked["test"]
+
+
 def test_caption_fact_is_the_regions_toys(shared):
     toys = _toys(shared)
     values = json.loads((shared / "graph" / "values.json").read_text())
