@@ -75,7 +75,8 @@ def kepler_link_prediction(
         if unknown:
             raise ValueError(f"{graph}: relations {unknown[:5]} are not in {ke.cfg.relations}")
         table = table[[rows[r] for r in kg.relations.names]]
-    scorer = KGEModel(1, 1, table.shape[1], p_norm=ke.cfg.p_norm, normalize_entities=False)
+    scorer = KGEModel(1, 1, entities_ED.shape[1], model=ke.cfg.model, p_norm=ke.cfg.p_norm,
+                      normalize_entities=False)  # fmt: skip
     scorer.entities, scorer.relations = entities_ED, table
     metrics = link_prediction(scorer, kg.splits[split], kg.all_true(), max_triples=max_triples,
                               per_relation=True)  # fmt: skip

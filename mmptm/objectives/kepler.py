@@ -5,11 +5,16 @@ head descriptions in text rows 0..B-1 and the tail descriptions in rows B..2B-1,
 encoded alone, and ``relation_ids [B]`` (the relation plug-in, which this objective
 declares with its relation vocabulary). An entity's embedding is the final state of its
 description's first token ([CLS], KEPLER's <s>); relations are a learned table of the
-model's width. TransE scores them, d(h, t) = ‖h + r − t‖_p, and the loss is
+model's width. TransE scores them (KEPLER's choice), d(h, t) = ‖h + r − t‖_p, and the loss is
 
     −log σ(γ − d(h, t)) − (1/N) Σ_i log σ(d(h'_i, t'_i) − γ),      γ = 4,
 
 ``mmptm.layers.kge.nssa_loss`` at α = 0 (the loss of ``mmptm kg train-embeddings``).
+``model: rotate`` scores with RotatE instead, d(h, t) = ‖h ∘ e^{iθ} − t‖ (the width's halves
+are the real and imaginary parts, a relation is D/2 phases): TransE can give a symmetric
+relation (WordNet's *derivationally related form*, *similar to*) nothing but r ≈ 0, which
+ranks the head itself first; a rotation by π is symmetric without that collapse. Any model of
+``mmptm.layers.kge.MODELS`` works; the link-prediction evaluation scores with the same one.
 Negatives (data side, seeded): N per triple, each replacing the head (probability ½) or
 the tail by the head or tail of another triple of the batch (in-batch negative sampling,
 so no extra description is encoded). Jointly with MLM on a text source: ``model.routes``
@@ -20,6 +25,7 @@ Legend: B triples, N negatives, D width.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -29,7 +35,7 @@ from torch import nn
 from mmptm.batch import PAIRS, Batch
 from mmptm.encoders.base import VocabInfo
 from mmptm.fusion.base import FusionOutput
-from mmptm.layers.kge import nssa_loss, transe_score
+from mmptm.layers.kge import COMPLEX_MODELS, MODELS, Scorer, nssa_loss, relation_width
 from mmptm.modalities.base import Need, read_id_list
 from mmptm.objectives.base import Objective
 from mmptm.registry import OBJECTIVES
@@ -67,11 +73,14 @@ class KnowledgeEmbedding(Objective):
         relations: str = ""
         #: relations when there is no vocabulary (integer relation ids)
         num_relations: int = 0
+        #: the score: transe (KEPLER's), rotate, distmult or complex (``mmptm.layers.kge``)
+        model: str = "transe"
         #: γ
         margin: float = 4.0
         #: corruptions per triple, drawn from the batch
         negatives: int = 8
-        #: the norm of d (1: TransE's L1, as ``mmptm kg train-embeddings``)
+        #: the norm of d (1: TransE's L1 / RotatE's sum of moduli, as ``mmptm kg
+        #: train-embeddings``)
         p_norm: int = 1
         #: the text view whose stacked rows are the descriptions
         modality: str = "text"
@@ -91,8 +100,20 @@ class KnowledgeEmbedding(Objective):
                 "knowledge_embedding needs relations (an id list, e.g. the relations.txt "
                 "`mmptm data triples` writes) or num_relations >= 1"
             )
-        self.relations = nn.Embedding(n, width)
-        nn.init.normal_(self.relations.weight, std=0.02)
+        if cfg.model not in MODELS:
+            raise ValueError(
+                f"knowledge_embedding.model: unknown {cfg.model!r}; choices: {', '.join(MODELS)}"
+            )
+        if cfg.model in COMPLEX_MODELS and width % 2:
+            raise ValueError(
+                f"knowledge_embedding.model={cfg.model} needs an even width, got {width}"
+            )
+        self.score = Scorer(cfg.model, cfg.p_norm)
+        self.relations = nn.Embedding(n, relation_width(cfg.model, width))
+        if cfg.model == "rotate":  # phases
+            nn.init.uniform_(self.relations.weight, -math.pi, math.pi)
+        else:
+            nn.init.normal_(self.relations.weight, std=0.02)
 
     def data_needs(self) -> dict[str, Need]:
         facts = {"vocabulary": self.cfg.relations} if self.cfg.relations else {}
@@ -110,13 +131,12 @@ class KnowledgeEmbedding(Objective):
         e_2BD = self.entity_vectors(out).float()
         B = len(rel_B)
         h_BD, t_BD = e_2BD[:B], e_2BD[B:]
-        r_BD = self.relations(rel_B).float()
-        p = self.cfg.p_norm
-        pos_B = transe_score(h_BD, r_BD, t_BD, p)  # −d(h, t)
+        r_BD = self.relations(rel_B).float()  # [B,D/2] phases for rotate
+        pos_B = self.score(h_BD, r_BD, t_BD)  # −d(h, t)
         corrupt_BN1 = head_BN.unsqueeze(-1)
         h_BND = torch.where(corrupt_BN1, h_BD[neg_BN], h_BD[:, None])
         t_BND = torch.where(corrupt_BN1, t_BD[:, None], t_BD[neg_BN])
-        neg_BN_scores = transe_score(h_BND, r_BD[:, None], t_BND, p)
+        neg_BN_scores = self.score(h_BND, r_BD[:, None], t_BND)
         loss = nssa_loss(pos_B, neg_BN_scores, self.cfg.margin, temperature=0.0)
         # the share of negatives the true triple outscores (a training link-prediction signal)
         acc = (pos_B[:, None] > neg_BN_scores).float().mean()

@@ -121,11 +121,14 @@ def test_kepler_without_the_graph_is_mlm_alone(kworld, tmp_path):
     assert set(batches) == {"text"}
 
 
-def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
+@pytest.mark.parametrize("score", ["transe", "rotate"])
+def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path, score):
     from mmptm.eval.kepler import encode_texts, kepler_link_prediction
     from mmptm.kg.graph import load_graph, read_descriptions
 
-    model, tok, cfg, _ = _sources("kepler_tiny", kworld, tmp_path)
+    model, tok, cfg, _ = _sources(
+        "kepler_tiny", kworld, tmp_path, f"model.objectives.ke.model={score}"
+    )
     graph = kworld / "knowledge" / "graph"
     got = kepler_link_prediction(model, tok, cfg, graph, split="train")
     kg = load_graph(graph)
@@ -140,11 +143,20 @@ def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path):
         ties = [e for e in others if e != gold and s[e] == s[gold]]
         return 1 / (1 + len(better) + len(ties) / 2)
 
+    K = E.shape[1] // 2  # RotatE: torch's complex numbers, not the [re | im] code under test
+    C = torch.complex(E[:, :K], E[:, K:])
+
+    def score_of(h, r, t):  # −d(h, r, t), broadcast over an index tensor on one side
+        if score == "rotate":
+            return -(C[h] * torch.polar(torch.ones_like(R[r]), R[r]) - C[t]).abs().sum(-1)
+        return -(E[h] + R[r] - E[t]).abs().sum(-1)
+
+    every = torch.arange(len(E))
     rr, per_relation = [], {}
     for h, r, t in kg.splits["train"].tolist():
-        tail = reciprocal_rank(-(E[h] + R[r] - E).abs().sum(1), t,
+        tail = reciprocal_rank(score_of(h, r, every), t,
                                [e for e in range(len(E)) if (h, r, e) not in known])  # fmt: skip
-        head = reciprocal_rank(-(E + R[r] - E[t]).abs().sum(1), h,
+        head = reciprocal_rank(score_of(every, r, t), h,
                                [e for e in range(len(E)) if (e, r, t) not in known])  # fmt: skip
         rr.append(tail)
         per_relation.setdefault(kg.relations.names[r], []).extend([tail, head])

@@ -25,9 +25,20 @@ def test_corruptions_are_other_triples_and_seeded():
     assert "ke_negatives" not in SampleCorruptions(3)(text_batch, torch.Generator())
 
 
-def test_loss_by_hand():
+def _rotate_distance(h, phase, t):  # Σ_k |h_k e^{iθ_k} − t_k|, with Python complex numbers
+    k = len(phase)
+    return sum(
+        abs(complex(h[j], h[k + j]) * complex(math.cos(phase[j]), math.sin(phase[j]))
+            - complex(t[j], t[k + j]))
+        for j in range(k)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["transe", "rotate"])
+def test_loss_by_hand(model):
     torch.manual_seed(0)
-    ke = KnowledgeEmbedding(KnowledgeEmbedding.Config(num_relations=3, negatives=2), width=4)
+    cfg = KnowledgeEmbedding.Config(num_relations=3, negatives=2, model=model)
+    ke = KnowledgeEmbedding(cfg, width=4)
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(6, 5, 4, generator=g)  # rows 0-2 heads, 3-5 tails; token 0 = [CLS]
     rel = torch.tensor([2, 0, 1])
@@ -39,7 +50,9 @@ def test_loss_by_hand():
     R = ke.relations.weight.detach()
     cls = hidden[:, 0]
 
-    def d(h, r, t):  # ‖h + r − t‖₁
+    def d(h, r, t):  # ‖h + r − t‖₁, or RotatE's ‖h ∘ e^{iθ} − t‖
+        if model == "rotate":
+            return _rotate_distance(h.tolist(), r.tolist(), t.tolist())
         return float((h + r - t).abs().sum())
 
     def logsig(x):
@@ -58,6 +71,28 @@ def test_loss_by_hand():
     assert got["loss"].item() == pytest.approx(total / 3, rel=1e-5)
     got["loss"].backward()
     assert ke.relations.weight.grad.abs().sum() > 0
+    assert ke.relations.weight.shape == (3, 2 if model == "rotate" else 4)  # phases: D/2
+
+
+def test_rotate_phase_of_pi_is_symmetric_without_collapse():
+    """The reason for ``model: rotate``: TransE's only symmetric relation is r = 0, which
+    scores (h, r, h) best; a rotation by π scores (h, r, t) and (t, r, h) alike, not (h, r, h)."""
+    ke = KnowledgeEmbedding(KnowledgeEmbedding.Config(num_relations=1, model="rotate"), width=4)
+    h = torch.tensor([1.0, 0.5, 0.2, -0.3])
+    t = -h  # h rotated by π in every complex component
+    pi = torch.full((2,), math.pi)
+    assert float(ke.score(h, pi, t)) == pytest.approx(0.0, abs=1e-6)
+    assert float(ke.score(t, pi, h)) == pytest.approx(0.0, abs=1e-6)
+    assert float(ke.score(h, pi, h)) < -1.0
+
+
+@pytest.mark.parametrize(
+    ("model", "width", "message"),
+    [("transh", 4, "unknown 'transh'"), ("rotate", 5, "needs an even width")],
+)
+def test_bad_model_named(model, width, message):
+    with pytest.raises(ValueError, match=message):
+        KnowledgeEmbedding(KnowledgeEmbedding.Config(num_relations=1, model=model), width=width)
 
 
 def test_inactive_on_text_batches():
