@@ -104,7 +104,7 @@ def vqa_study(
     for recipe in recipes:  # a run's name: the recipe's, or a VL_RUNS variant's
         run = out / recipe
         cfg = _pretrain(recipe, run, data, steps, seed, overrides)
-        result["budget"][recipe] = model_budget(load_pretrained(str(run))[0], cfg.data.batch_size)
+        result["budget"][recipe] = model_budget(load_pretrained(str(run))[0], cfg)
         if retrieval_items:  # 0: VQA only (ITM over every pair is the costly part)
             inputs = {**checkpoint_stamp(run), "items": retrieval_items, "rerank_k": rerank_k}
             rows = evaluated_once(out, f"retrieval_{recipe}", inputs, partial(
@@ -220,23 +220,34 @@ def _print_vqa(
         print(f"  {key:<28} {acc:5.1f}   ({runs})" + (f"  the same runs as {same}" if same else ""))
 
 
-def model_budget(model, batch_size: int) -> dict[str, Any]:
+def model_budget(model, cfg: RunConfig) -> dict[str, Any]:
     """What a pre-training run spends, to compare recipes at equal budgets: parameters (all,
-    and the fusion's), the batch size, and the share of steps each objective trains (1 for
-    every objective without ``task_mix``; with it, the weight share of the tasks that train
-    it: ``itm+wra`` counts for both), times the share of training after its start
-    (``model.starts``)."""
-    mix, starts = model.cfg.task_mix, model.cfg.starts
+    and the fusion's), the batch size, and the share of steps each objective trains: the
+    weight share of the ``task_mix`` tasks that train it (``itm+wra`` counts for both; 1
+    without a mix), times the weight share of the ``data.sources`` whose batches are routed to
+    it (``model.routes``; a source not named trains every objective), times the share of
+    training after its start (``model.starts``)."""
+    mc = cfg.model
+    mix, starts, routes = mc.task_mix, mc.starts, mc.routes
+    weights = {name: src.weight for name, src in cfg.data.sources.items()}
+
+    def routed(n: str) -> float:
+        if not routes or not sum(weights.values()):
+            return 1.0
+        to_n = [w for src, w in weights.items() if n in routes.get(src, list(mc.objectives))]
+        return sum(to_n) / sum(weights.values())
+
     total = sum(mix.values())
     share = {
         n: (sum(w for task, w in mix.items() if n in task_objectives(task)) / total if mix else 1.0)
+        * routed(n)
         * (1.0 - starts.get(n, 0.0))
-        for n in model.cfg.objectives
+        for n in mc.objectives
     }
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "fusion_parameters": sum(p.numel() for p in model.fusion.parameters()),
-        "batch_size": batch_size,
+        "batch_size": cfg.data.batch_size,
         "objectives": share,
     }
 

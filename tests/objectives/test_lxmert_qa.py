@@ -183,6 +183,18 @@ def test_the_study_counts_a_late_objective_for_the_steps_it_trains(tiny_world, t
     from mmptm.studies.vqa import model_budget
 
     over = [*_overrides(tiny_world, tmp_path, answers), "model.starts={vqa: 0.25}"]
-    model, _ = build_model(load_run_config("lxmert_full_tiny", over))
-    shares = model_budget(model, batch_size=8)["objectives"]
+    cfg = load_run_config("lxmert_full_tiny", over)
+    shares = model_budget(build_model(cfg)[0], cfg)["objectives"]
     assert shares["vqa"] == 0.75 and shares["mlm"] == 1.0
+
+
+def test_the_study_counts_a_routed_objective_for_its_sources_share(tiny_world, tmp_path, answers):
+    from mmptm.studies.vqa import model_budget
+
+    routes = "model.routes={captions: [itm, mlm, mrc, mrfr], questions: [mlm, mrc, mrfr, vqa]}"
+    over = [*_overrides(tiny_world, tmp_path, answers), routes, "model.starts={vqa: 0.5}"]
+    cfg = load_run_config("lxmert_full_tiny", over)
+    shares = model_budget(build_model(cfg)[0], cfg)["objectives"]
+    # captions : questions = 2 : 1 by batch (the recipe's source weights)
+    assert shares == pytest.approx({"mlm": 1.0, "mrc": 1.0, "mrfr": 1.0, "itm": 2 / 3,
+                                    "vqa": 1 / 3 * 0.5})  # fmt: skip

@@ -26,8 +26,8 @@ def test_the_equal_budget_single_stream_matches_vilbert_s_fusion_and_trains_ever
     for name in ("uniter_tiny", "single_stream_9l", "vilbert_tiny"):
         recipe, variant = VL_RUNS[name]
         over = [f"data.tokenizer={tiny_world}/tokenizer.model", *variant]
-        model, _ = build_model(load_run_config(recipe, over))
-        budgets[name] = model_budget(model, batch_size=64)
+        cfg = load_run_config(recipe, [*over, "data.batch_size=64"])
+        budgets[name] = model_budget(build_model(cfg)[0], cfg)
     uniter, equal = budgets["uniter_tiny"], budgets["single_stream_9l"]
     assert uniter["fusion_parameters"] == 4 * BLOCK_128 + CLOSING_128
     assert equal["fusion_parameters"] == 9 * BLOCK_128 + CLOSING_128
