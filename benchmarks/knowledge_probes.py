@@ -239,7 +239,7 @@ def kepler(run: str, data: Path, out: Path) -> dict[str, Any]:
     (ke,) = [o for o in model.objectives.values() if isinstance(o, KnowledgeEmbedding)]
     enc_ED = encode_texts(model, tok, cfg, [desc[e] for e in ids], view=ke.cfg.modality)
     rel_rows = read_id_list(ke.cfg.relations)
-    table_RD = ke.relations.weight.detach().float()
+    table_RD = ke.relation_table().detach().float()
     hits: dict[str, dict[str, float]] = {}
     for rel in FACT_RELATIONS:
         cands = [v["id"] for v in values if v["relation"] == rel]

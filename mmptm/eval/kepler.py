@@ -68,7 +68,7 @@ def kepler_link_prediction(
     entities_ED = encode_texts(model, tokenizer, cfg, [text.get(n, n) for n in names],
                                view=ke.cfg.modality)  # fmt: skip
     model.train(was_training)
-    table = ke.relations.weight.detach().float().cpu()
+    table = ke.relation_table().detach().float().cpu()
     if ke.cfg.relations:
         rows = read_id_list(ke.cfg.relations)
         unknown = [r for r in kg.relations.names if r not in rows]

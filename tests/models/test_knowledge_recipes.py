@@ -4,6 +4,7 @@ with and without the graph through its one switch."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -136,6 +137,8 @@ def test_kepler_link_prediction_ranks_like_brute_force(kworld, tmp_path, score):
     model.eval()
     E = encode_texts(model, tok, cfg, [text[n] for n in kg.entities.names]).double()
     R = model.objectives["ke"].relations.weight.detach().double()  # graph order = file order
+    if score == "rotate":  # the table holds θ · 0.1 / π (RotatE's scaled phases)
+        R = R * math.pi / 0.1
     known = {tuple(t) for t in kg.splits["train"].tolist()}
 
     def reciprocal_rank(s, gold, others):  # realistic rank among the unfiltered candidates

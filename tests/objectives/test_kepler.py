@@ -48,6 +48,9 @@ def test_loss_by_hand(model):
     batch = {"relation_ids": rel, "ke_negatives": neg, "ke_corrupt_head": corrupt_head}
     got = ke(out, batch)
     R = ke.relations.weight.detach()
+    if model == "rotate":  # the table holds θ · 0.1 / π (RotatE's scaled phases)
+        R = R * math.pi / 0.1
+        assert (R.abs() <= math.pi).all() and R.abs().max() > 1.0  # θ drawn in (−π, π)
     cls = hidden[:, 0]
 
     def d(h, r, t):  # ‖h + r − t‖₁, or RotatE's ‖h ∘ e^{iθ} − t‖
