@@ -7,6 +7,7 @@ docs/results/knowledge.md (``knowledge_kbert_path``, ``knowledge_kepler_facts``)
     python benchmarks/knowledge_probes.py kepler RUN DATA    # KEPLER: KE side and cloze
     python benchmarks/knowledge_probes.py pictured RUN DATA  # ERNIE-VL: whose value the swap gives
     python benchmarks/knowledge_probes.py lookmates FT DATA  # kvqa answers vs looks (shared looks)
+    python benchmarks/knowledge_probes.py kvqa-swap FT DATA  # kvqa, each region's entity swapped
 
 RUN: a pre-training run (directory or checkpoint file); DATA: the study's toyworld folder
 (``mmptm demo knowledge --out OUT`` writes ``OUT/toyworld``). Every cloze here is the study's:
@@ -34,6 +35,12 @@ the text wording (sentence 1) of ``knowledge/probe/cloze.{lang}.jsonl``, text / 
 - ``lookmates`` (a kvqa fine-tuning run FT, its ``test_results.json``; a world made with
   ``--shared-looks``): how often a test answer is the asked toy's own value, a look-mate's
   (another toy drawn in the same look) or neither, beside a uniform guess's shares.
+- ``kvqa-swap`` (a kvqa fine-tuning run FT): the kvqa test as it is and with every region's
+  entity swapped for another toy's (``swapped_toys``, the visual cloze's swap; written to
+  ``--out``): per facts group and by whether the swapped-in toy was a fine-tuning (training)
+  toy, the share of answers that name the pictured toy's value and the swapped-in toy's. A
+  head that reads the region's entity follows the swap; on the plain test the swapped-in
+  share is the rate at which another toy's value is named by coincidence.
 
 Prints JSON. Run on one thread (``OMP_NUM_THREADS=1``).
 """
@@ -327,10 +334,75 @@ def lookmates(run: str, data: Path, out: Path) -> dict[str, Any]:
     }
 
 
+def swap_shares(
+    metas: list[dict[str, Any]],
+    answers: dict[Any, str],
+    toys: dict[str, dict[str, Any]],
+    name: dict[str, str],
+    swap: dict[str, str],
+) -> dict[str, dict[str, Any]]:
+    """Per "facts group, swapped-in toy trained on / held out": questions, and the % of
+    answers naming the pictured toy's value and the swapped-in toy's (the question's relation)."""
+    from collections import defaultdict
+
+    rows: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for meta in metas:
+        pictured, other, rel = meta["entity"], swap[meta["entity"]], meta["relation"]
+        held = "trained on" if toys[other]["split"] == "train" else "held out"
+        row = rows[f"{meta['facts']}, swapped-in toy {held}"]
+        got = answers[meta["question_id"]]
+        row["questions"] += 1
+        row["pictured toy's value"] += got == name[toys[pictured]["facts"][rel]]
+        row["swapped-in toy's value"] += got == name[toys[other]["facts"][rel]]
+    return {
+        key: {"questions": int(r["questions"])}
+        | {what: round(100 * v / r["questions"], 1) for what, v in r.items() if what != "questions"}
+        for key, r in sorted(rows.items())
+    }
+
+
+def kvqa_swap(run: str, data: Path, out: Path) -> dict[str, Any]:
+    import io
+    import tarfile
+
+    from mmptm.eval.vqa import evaluate_vqa
+    from mmptm.studies.knowledge import swapped_toys
+
+    k = data / "knowledge"
+    toys = {t["id"]: t for t in json.loads((k / "graph" / "toys.json").read_text())}
+    values = json.loads((k / "graph" / "values.json").read_text())
+    name = {v["id"]: v["names"]["en"].lower() for v in values}
+    swap = swapped_toys(json.loads((data / "manifest.json").read_text())["seed"])
+    swapped = out / "kvqa_swapped"
+    swapped.mkdir(parents=True, exist_ok=True)
+    metas = []
+    for src in sorted((k / "kvqa").glob("test-*.tar")):
+        with tarfile.open(src) as tin, tarfile.open(swapped / src.name, "w") as tout:
+            for member in tin.getmembers():
+                body = tin.extractfile(member).read()  # type: ignore[union-attr]
+                if member.name.endswith(".json"):
+                    meta = json.loads(body)
+                    meta["region_entities"] = [swap[e] for e in meta["region_entities"]]
+                    metas.append(meta)
+                    body = json.dumps(meta, ensure_ascii=False).encode()
+                info = tarfile.TarInfo(member.name)
+                info.size, info.mtime = len(body), member.mtime
+                tout.addfile(info, io.BytesIO(body))
+    result = {}
+    for label, shards in (("plain", k / "kvqa"), ("swapped", swapped)):
+        predictions = out / f"test_results_{label}.json"
+        acc = evaluate_vqa(run, shards=f"{shards}/test-*.tar", results_file=predictions)
+        answers = {r["question_id"]: r["answer"] for r in json.loads(predictions.read_text())}
+        result[label] = {"accuracy": round(acc["accuracy"], 1)} | swap_shares(
+            metas, answers, toys, name, swap
+        )
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     fns = {"branches": branches, "layers": layers, "tails": tails, "kepler": kepler,
-           "pictured": pictured, "lookmates": lookmates}  # fmt: skip
+           "pictured": pictured, "lookmates": lookmates, "kvqa-swap": kvqa_swap}  # fmt: skip
     p.add_argument("what", choices=tuple(fns))
     p.add_argument("run")
     p.add_argument("data", type=Path, help="the study's toyworld folder")

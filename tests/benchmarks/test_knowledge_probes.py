@@ -57,3 +57,27 @@ def test_lookmates_counts_own_and_look_mate_answers(tmp_path):
     # graph: c has no look-mate; "wood" is neither its own value nor a mate's
     assert got["graph"] == {"queries": 1, "own": 0.0, "look-mate": 0.0,
                             "uniform own": 25.0, "uniform look-mate": 0.0}  # fmt: skip
+
+
+def test_swap_shares_count_the_pictured_and_the_swapped_in_value():
+    knowledge_probes = pytest.importorskip("knowledge_probes")
+    toys = {
+        "a": {"split": "test", "facts": {"made_of": "m1"}},
+        "b": {"split": "train", "facts": {"made_of": "m2"}},
+        "c": {"split": "dev", "facts": {"made_of": "m3"}},
+    }
+    name = {"m1": "wood", "m2": "metal", "m3": "glass"}
+    swap = {"a": "b", "b": "c", "c": "a"}
+    metas = [  # q1, q2 ask about a (swapped-in b, a training toy); q3 about b (swapped-in c)
+        {"question_id": 1, "entity": "a", "relation": "made_of", "facts": "text"},
+        {"question_id": 2, "entity": "a", "relation": "made_of", "facts": "text"},
+        {"question_id": 3, "entity": "b", "relation": "made_of", "facts": "graph"},
+    ]
+    answers = {1: "metal", 2: "wood", 3: "stone"}  # b's value, a's own, neither
+    got = knowledge_probes.swap_shares(metas, answers, toys, name, swap)
+    assert got == {
+        "text, swapped-in toy trained on": {
+            "questions": 2, "pictured toy's value": 50.0, "swapped-in toy's value": 50.0},
+        "graph, swapped-in toy held out": {
+            "questions": 1, "pictured toy's value": 0.0, "swapped-in toy's value": 0.0},
+    }  # fmt: skip
