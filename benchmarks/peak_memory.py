@@ -116,7 +116,9 @@ def make_world(out: Path) -> Path:
 
     from mmptm import toyworld
     from mmptm.converters.answers import build_answer_vocab, shard_answers, write_answer_vocab
+    from mmptm.converters.candidates import write_candidate_shards
     from mmptm.converters.triples import write_triple_shards
+    from mmptm.studies.knowledge import candidate_generator
     from mmptm.tokenizers.sentencepiece import train_tokenizer
     from mmptm.train.kge import KGETrainConfig, train_embeddings
     from mmptm.train.units import fit_audio_codebook, fit_codebook
@@ -149,6 +151,9 @@ def make_world(out: Path) -> Path:
         graph, out / "knowledge/transe", KGETrainConfig(epochs=2, dim=100), progress=False
     )
     write_triple_shards(graph, graph / "descriptions.txt", out / "knowledge/triples")
+    # KnowBERT's candidate spans, written as the knowledge study writes them
+    write_candidate_shards(f"{out}/knowledge/text/*.tar", out / "knowledge/candidates",
+                           candidate_generator(out, seed=0), progress=False)  # fmt: skip
     rng = np.random.default_rng(0)
     words = np.load(out / "video_features/codebook.npy").shape[1]
     name, k = BASE_CODEBOOKS["videobert_base"]
@@ -208,6 +213,10 @@ def overrides(recipe: str, world: Path, batch: int, checkpointing: bool) -> list
         over.append(f"model.{key}.codebook={world}/{BASE_CODEBOOKS[recipe][0]}")
     if recipe == "ernie_base":  # toyworld's entities (the recipe leaves the vectors unset)
         over.append(f"model.fusion.entities.embeddings={world}/knowledge/transe")
+    if recipe == "knowbert_base":  # its candidate spans name toyworld's entities: their
+        # 100-d TransE table, projected to the recipe's entity width 300 (a 100 x 300 map)
+        over += [f"model.fusion.entities.embeddings={world}/knowledge/transe",
+                 "model.fusion.entities.projection=true"]  # fmt: skip
     if batch:
         over.append(f"data.batch_size={batch}")
     if checkpointing:

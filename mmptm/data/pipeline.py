@@ -180,15 +180,32 @@ def shuffle_buffer(samples: Iterable[Any], size: int, rng: random.Random) -> Ite
     yield from buf
 
 
+#: samples in a row that fail to decode before an endless (resampled) stream gives up: with
+#: every sample bad for the recipe (a setting, not damage) drawing on would spin without end
+MAX_BAD_IN_A_ROW = 1000
+
+
 def decode_samples(
-    samples: Iterable[Sample], decoder: Decoder, handler: SkipCounter
+    samples: Iterable[Sample], decoder: Decoder, handler: SkipCounter, give_up: int | None = None
 ) -> Iterator[Sample]:
-    """Decode each sample; a corrupt one (truncated image, bad JSON, ...) is skipped and counted."""
+    """Decode each sample; a corrupt one (truncated image, bad JSON, ...) is skipped and counted.
+    ``give_up``: a DataError once that many samples in a row failed (for endless streams)."""
+    bad = 0
     for s in samples:
         try:
-            yield decoder(s)
+            decoded = decoder(s)
         except Exception as e:  # any decode failure is the sample's fault: report, go on
-            handler.skip(s, f"{type(e).__name__}: {e}")
+            reason = f"{type(e).__name__}: {e}"
+            handler.skip(s, reason)
+            bad += 1
+            if give_up is not None and bad >= give_up:
+                raise DataError(
+                    f"{bad} samples in a row could not be decoded, the last "
+                    f"{s.get('__key__')!r} in {s.get('__url__')}: {reason}"
+                ) from e
+            continue
+        bad = 0
+        yield decoded
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,10 +347,11 @@ class ShardStream(IterableDataset):
     ) -> Iterator[tuple[str, list]]:
         """(source name, decoded samples) per batch."""
         c = self.cfg
+        give_up = MAX_BAD_IN_A_ROW if c.resampled else None  # an epoch of shards ends anyway
         if len(c.sources) == 1:
             decoder = c.decoder_of(c.sources[0], self.epoch)
             samples = self._samples(c.sources[0], self.epoch, worker, n_workers, handler)
-            decoded = decode_samples(samples, decoder, handler)
+            decoded = decode_samples(samples, decoder, handler, give_up)
             for group in batched(decoded, c.batch_size, c.drop_last):
                 yield c.sources[0].name, group
             return
@@ -343,7 +361,7 @@ class ShardStream(IterableDataset):
             for epoch in itertools.count(self.epoch if c.resampled else 0):
                 samples = self._samples(src, epoch, worker, n_workers, handler)
                 n = 0
-                for sample in decode_samples(samples, c.decoder_of(src, epoch), handler):
+                for sample in decode_samples(samples, c.decoder_of(src, epoch), handler, give_up):
                     n += 1
                     yield sample
                 if n == 0:  # every sample bad (or none here): another epoch would spin

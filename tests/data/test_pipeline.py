@@ -556,3 +556,28 @@ def test_a_source_whose_samples_are_all_bad_stops_the_stream(tmp_path, tiny_toke
     with pytest.raises(DataError, match=r"data source 'corpus' gives no samples .*12 .*skipped"):
         for _ in zip(range(200), ShardStream(sc, epoch=0)):
             pass
+
+
+@pytest.mark.parametrize("mixture", [False, True])
+def test_a_resampled_stream_whose_samples_are_all_bad_stops_with_an_error(
+    tmp_path, tiny_tokenizer, monkeypatch, mixture
+):
+    """Resampled shards never end, so a stream whose every sample fails to decode (here: no
+    image for a recipe that needs one; knowbert_base's candidates without an entity list was
+    the case met) would log skips forever; it stops with a DataError naming the last one."""
+    import mmptm.data.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "MAX_BAD_IN_A_ROW", 25)
+    bad = [{"__key__": f"t{i}", "txt": "a red circle"} for i in range(8)]  # no jpg
+    urls = _write(tmp_path / "s-%06d.tar", bad, per_shard=4)
+    if mixture:
+        cfg = DataConfig(sources={"a": SourceConfig(shards=",".join(urls)),
+                                  "b": SourceConfig(shards=",".join(urls))},
+                         batch_size=4, resampled=True)  # fmt: skip
+    else:
+        cfg = DataConfig(train=",".join(urls), batch_size=4, resampled=True)
+    sc = stream_config(cfg, tiny_tokenizer, needs=NEEDS)
+    with pytest.raises(
+        DataError, match=r"25 samples in a row could not be decoded, the last 't\d'"
+    ):
+        next(iter(ShardStream(sc, epoch=0)))
