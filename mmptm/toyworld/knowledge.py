@@ -440,7 +440,8 @@ def _share_looks(world: World, seed: int, k: int) -> World:
         for part, members in zip(TOY_SPLITS, np.split(order, cut)):
             split_of |= {t.id: part for i in members for t in mine[int(i)]}
     toys = tuple(replace(t, shape=look_of[t.id][0], color=look_of[t.id][1],
-                         size=look_of[t.id][2], split=split_of[t.id]) for t in world.toys)  # fmt: skip
+                         size=look_of[t.id][2], split=split_of[t.id])
+                 for t in world.toys)  # fmt: skip
     look_toys = {look: tuple(t.id for t in g) for look, g in zip(looks, groups)}
     return replace(world, toys=toys, shared_looks=k, look_toys=look_toys)
 
