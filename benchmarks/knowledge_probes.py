@@ -362,9 +362,8 @@ def swap_shares(
 
 
 def kvqa_swap(run: str, data: Path, out: Path) -> dict[str, Any]:
-    import io
-    import tarfile
-
+    from mmptm.converters.linking import rewrite_shards, with_json
+    from mmptm.data.shards import expand_shards
     from mmptm.eval.vqa import evaluate_vqa
     from mmptm.studies.knowledge import swapped_toys
 
@@ -376,18 +375,14 @@ def kvqa_swap(run: str, data: Path, out: Path) -> dict[str, Any]:
     swapped = out / "kvqa_swapped"
     swapped.mkdir(parents=True, exist_ok=True)
     metas = []
-    for src in sorted((k / "kvqa").glob("test-*.tar")):
-        with tarfile.open(src) as tin, tarfile.open(swapped / src.name, "w") as tout:
-            for member in tin.getmembers():
-                body = tin.extractfile(member).read()  # type: ignore[union-attr]
-                if member.name.endswith(".json"):
-                    meta = json.loads(body)
-                    meta["region_entities"] = [swap[e] for e in meta["region_entities"]]
-                    metas.append(meta)
-                    body = json.dumps(meta, ensure_ascii=False).encode()
-                info = tarfile.TarInfo(member.name)
-                info.size, info.mtime = len(body), member.mtime
-                tout.addfile(info, io.BytesIO(body))
+
+    def swapped_entities(group: list, url: str) -> list:
+        meta = json.loads(next(blob for info, blob in group if info.name.endswith(".json")))
+        meta["region_entities"] = [swap[e] for e in meta["region_entities"]]
+        metas.append(meta)
+        return with_json(group, meta)
+
+    list(rewrite_shards(expand_shards(f"{k}/kvqa/test-*.tar"), swapped, swapped_entities))
     result = {}
     for label, shards in (("plain", k / "kvqa"), ("swapped", swapped)):
         predictions = out / f"test_results_{label}.json"

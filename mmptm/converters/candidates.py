@@ -34,8 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mmptm.converters.linking import CASE_MODES, exact_case, fold, rewrite_shards, word_edges
-from mmptm.data.shards import count_samples, encode_member, expand_shards
+from mmptm.converters.linking import (
+    CASE_MODES,
+    exact_case,
+    fold,
+    rewrite_shards,
+    with_json,
+    word_edges,
+)
+from mmptm.data.shards import count_samples, expand_shards
 from mmptm.kg.graph import iter_triples, read_aliases
 from mmptm.modalities.base import read_id_list
 from mmptm.progress import progress_bar
@@ -182,22 +189,6 @@ class CandidateStats:
         return out
 
 
-def _with_json(group: list, meta: dict[str, Any]) -> list:
-    """A sample's tar members with its json member replaced by ``meta`` (same header)."""
-    from webdataset.tariterators import base_plus_ext
-
-    data = encode_member(meta)
-    out = []
-    for info, blob in group:
-        if base_plus_ext(info.name)[1].lower() == "json":
-            new = tarfile.TarInfo(info.name)
-            new.mode, new.mtime, new.uid, new.gid = info.mode, info.mtime, info.uid, info.gid
-            new.uname, new.gname, new.size = info.uname, info.gname, len(data)
-            info, blob = new, data
-        out.append((info, blob))
-    return out
-
-
 def _candidate_group(
     group: list, url: str, generator: CandidateGenerator, field_name: str, stats: CandidateStats
 ) -> list:
@@ -218,7 +209,7 @@ def _candidate_group(
         stats.bad += 1
         log.warning("%s: sample %r copied without candidates: %s", url, group[0][0].name, e)
         return group
-    return _with_json(group, meta)
+    return with_json(group, meta)
 
 
 def write_candidate_shards(

@@ -402,6 +402,24 @@ def rewrite_shards(
         yield str(target)
 
 
+def with_json(
+    group: list[tuple[tarfile.TarInfo, bytes]], meta: dict[str, Any]
+) -> list[tuple[tarfile.TarInfo, bytes]]:
+    """A sample's tar members with its json member replaced by ``meta`` (same header)."""
+    from webdataset.tariterators import base_plus_ext
+
+    data = encode_member(meta)
+    out = []
+    for info, blob in group:
+        if base_plus_ext(info.name)[1].lower() == "json":
+            new = tarfile.TarInfo(info.name)
+            new.mode, new.mtime, new.uid, new.gid = info.mode, info.mtime, info.uid, info.gid
+            new.uname, new.gname, new.size = info.uname, info.gname, len(data)
+            info, blob = new, data
+        out.append((info, blob))
+    return out
+
+
 def _link_group(
     group: list[tuple[tarfile.TarInfo, bytes]],
     url: str,
@@ -428,13 +446,9 @@ def _link_group(
     if not linked:
         stats.no_text += 1
         return group
-    data = encode_member(meta)
     if "json" in by_ext:
-        info = group[by_ext["json"]][0]
-        new = tarfile.TarInfo(info.name)
-        new.mode, new.mtime, new.uid, new.gid = info.mode, info.mtime, info.uid, info.gid
-        new.uname, new.gname, new.size = info.uname, info.gname, len(data)
-        return [(new, data) if i == by_ext["json"] else m for i, m in enumerate(group)]
+        return with_json(group, meta)
+    data = encode_member(meta)
     first = group[0][0]
     new = tarfile.TarInfo(f"{key}.json")
     new.mode, new.mtime, new.size = first.mode, first.mtime, len(data)
